@@ -1,0 +1,82 @@
+// idemledger/pg/connection.hpp — the bundled libpq implementation of Connection.
+//
+//   absl::StatusOr<std::unique_ptr<idemledger::pg::Connection>> c =
+//       idemledger::pg::Connection::open("host=/tmp port=5432 dbname=app");
+//   idemledger::migrate(**c);
+//
+// Statements use named prepared statements, cached per connection, so each is
+// parsed once per session. Behind PgBouncer < 1.21 in transaction pooling mode
+// named statements do not survive between transactions: set
+// `prepared_statements = false` there and every statement is sent unnamed
+// (parse + bind + execute in one message sequence). execute_atomically() uses
+// libpq pipeline mode: the whole batch and its commit cost one round trip.
+//
+// This header does not include libpq-fe.h.
+// Connection is thread-compatible: one thread at a time.
+#ifndef IDEMLEDGER_PG_CONNECTION_HPP
+#define IDEMLEDGER_PG_CONNECTION_HPP
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "idemledger/connection.hpp"
+
+namespace idemledger::pg {
+
+struct ConnectionOptions {
+  // Named prepared statements (fast, direct connections) or unnamed ones
+  // (PgBouncer < 1.21 in transaction pooling mode).
+  bool prepared_statements = true;
+};
+
+class Connection final : public idemledger::Connection {
+ public:
+  // open()
+  //
+  // Connects with a libpq conninfo string or URI. kUnavailable if the server
+  // cannot be reached (retryable), kInvalidArgument for a malformed DSN.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Connection>> open(
+      std::string_view dsn, ConnectionOptions options = {});
+
+  ~Connection() override;
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  using idemledger::Connection::execute;
+  [[nodiscard]] absl::StatusOr<Result> execute(std::string_view sql,
+                                               std::span<const Param> params) override;
+  [[nodiscard]] absl::StatusOr<Result> execute_atomically(
+      std::span<const Statement> statements) override;
+  [[nodiscard]] bool in_transaction() const override;
+
+  // True if the session is gone (closed by the server, network error, or a
+  // status reported connection_broken()).
+  [[nodiscard]] bool is_broken() const;
+  // poll_alive()
+  //
+  // Reads, without blocking, whatever the server sent while the session sat
+  // idle, and answers false if the server has closed it (restart, admin
+  // termination). The pool calls it before handing a connection out.
+  [[nodiscard]] bool poll_alive();
+
+  // True if the session is idle outside any transaction.
+  [[nodiscard]] bool is_idle() const;
+  // The server process id of this session (for pg_terminate_backend in tests).
+  [[nodiscard]] int backend_pid() const;
+
+  // Forgets the session without talking to the server: for a copy inherited
+  // across fork(), whose socket belongs to the parent. After this, the object
+  // is broken and its destructor sends nothing.
+  void abandon_after_fork();
+
+ private:
+  struct Impl;
+  explicit Connection(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace idemledger::pg
+
+#endif  // IDEMLEDGER_PG_CONNECTION_HPP

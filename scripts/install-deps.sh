@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages idemledger needs, and only those missing.
+set -euo pipefail
+packages=(cmake ninja-build g++ pkg-config git
+  libpq-dev libabsl-dev libfmt-dev libboost-dev libssl-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  postgresql-15 postgresql-client-15)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}"
+  [[ $(id -u) -eq 0 ]] || { echo "install-deps: run as root to install: ${missing[*]}" >&2; exit 1; }
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

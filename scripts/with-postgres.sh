@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# with-postgres.sh DIR COMMAND [ARGS...]
+#
+# Starts a private PostgreSQL 15 with its data directory under DIR (never a
+# system-wide cluster), as the unprivileged user "postgres" when run as root,
+# listening on a free port on 127.0.0.1 and a unix socket in DIR. Runs COMMAND
+# with IDEMLEDGER_TEST_DSN / IDEMLEDGER_PG_* exported and stops the server on
+# exit, whatever COMMAND did. Extra server settings: IDEMLEDGER_PG_OPTS.
+set -euo pipefail
+[[ $# -ge 2 ]] || { echo "usage: $0 DIR COMMAND [ARGS...]" >&2; exit 2; }
+root_dir=$(mkdir -p "$1" && cd "$1" && pwd)/pg
+shift
+
+pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+[[ -x "$pg_bin/initdb" ]] || { echo "with-postgres: no PostgreSQL server binaries found" >&2; exit 1; }
+
+as_owner=()
+if [[ $(id -u) -eq 0 ]]; then
+  id -u postgres >/dev/null 2>&1 || useradd --system --user-group --home-dir /var/lib/postgresql postgres
+  as_owner=(runuser -u postgres --)
+fi
+
+rm -rf "$root_dir"
+mkdir -p "$root_dir/sock"
+[[ $(id -u) -eq 0 ]] && chown -R postgres: "$root_dir"
+chmod 755 "$root_dir"
+
+port=""
+for candidate in $(seq $((54320 + RANDOM % 500)) 55999); do
+  if ! (exec 3<>"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null; then port=$candidate; break; fi
+done
+[[ -n "$port" ]] || { echo "with-postgres: no free port" >&2; exit 1; }
+
+"${as_owner[@]}" "$pg_bin/initdb" -D "$root_dir/data" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >"$root_dir/initdb.log" 2>&1 \
+  || { cat "$root_dir/initdb.log" >&2; exit 1; }
+
+stop_server() {
+  "${as_owner[@]}" "$pg_bin/pg_ctl" -D "$root_dir/data" -m immediate -w stop >/dev/null 2>&1 || true
+}
+trap stop_server EXIT INT TERM
+
+# shellcheck disable=SC2086  # IDEMLEDGER_PG_OPTS is a list of -c settings
+"${as_owner[@]}" "$pg_bin/pg_ctl" -D "$root_dir/data" -l "$root_dir/server.log" -w -t 60 \
+  -o "-p $port -k $root_dir/sock -c listen_addresses=127.0.0.1 -c max_connections=200 ${IDEMLEDGER_PG_OPTS:-}" start >/dev/null \
+  || { cat "$root_dir/server.log" >&2; exit 1; }
+
+export IDEMLEDGER_PG_BIN="$pg_bin" IDEMLEDGER_PG_DATA="$root_dir/data" IDEMLEDGER_PG_SOCKET="$root_dir/sock" IDEMLEDGER_PG_PORT="$port"
+export IDEMLEDGER_PG_AS="${as_owner[*]}"
+export IDEMLEDGER_TEST_DSN="host=$root_dir/sock port=$port dbname=postgres user=postgres"
+echo "with-postgres: PostgreSQL on port $port, socket $root_dir/sock (log: $root_dir/server.log)"
+set +e
+"$@"
+status=$?
+set -e
+exit $status

@@ -1,0 +1,73 @@
+#include "idemledger/idempotency_key.hpp"
+
+#include <fmt/format.h>
+
+#include "src/internal/absl_compat.hpp"
+
+#include <openssl/evp.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+
+
+namespace idemledger {
+namespace {
+
+struct MdCtxDeleter {
+  void operator()(EVP_MD_CTX* ctx) const { EVP_MD_CTX_free(ctx); }
+};
+
+// One digest context per thread, reused: hashing a key allocates nothing but
+// the returned string.
+EVP_MD_CTX* thread_digest_context() {
+  thread_local std::unique_ptr<EVP_MD_CTX, MdCtxDeleter> ctx(EVP_MD_CTX_new());
+  return ctx.get();
+}
+
+void update_length_prefixed(EVP_MD_CTX* ctx, std::string_view field) {
+  const auto n = static_cast<std::uint32_t>(field.size());
+  const std::array<unsigned char, 4> prefix = {
+      static_cast<unsigned char>(n >> 24), static_cast<unsigned char>(n >> 16),
+      static_cast<unsigned char>(n >> 8), static_cast<unsigned char>(n)};
+  EVP_DigestUpdate(ctx, prefix.data(), prefix.size());
+  EVP_DigestUpdate(ctx, field.data(), field.size());
+}
+
+}  // namespace
+
+std::string idempotency_key(std::span<const std::string_view> fields) {
+  EVP_MD_CTX* ctx = thread_digest_context();
+  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
+  for (std::string_view field : fields) update_length_prefixed(ctx, field);
+  std::array<unsigned char, 32> digest{};
+  unsigned int digest_length = 0;
+  EVP_DigestFinal_ex(ctx, digest.data(), &digest_length);
+
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string hex(kKeyHexLength, '\0');
+  for (std::size_t i = 0; i < digest.size(); ++i) {
+    hex[2 * i] = kHex[digest[i] >> 4];
+    hex[2 * i + 1] = kHex[digest[i] & 0x0f];
+  }
+  return hex;
+}
+
+std::string idempotency_key(std::initializer_list<std::string_view> fields) {
+  return idempotency_key(std::span<const std::string_view>(fields.begin(), fields.size()));
+}
+
+std::string idempotency_key(std::string_view event_id, std::string_view event_type) {
+  const std::array<std::string_view, 2> fields = {event_id, event_type};
+  return idempotency_key(fields);
+}
+
+std::string payload_fingerprint(std::int64_t user_id, const Amount& amount,
+                                std::string_view event_type) {
+  const std::string user = fmt::format("{}", user_id);
+  const std::string canonical_amount = amount.to_string();
+  const std::array<std::string_view, 3> fields = {user, canonical_amount, event_type};
+  return idempotency_key(fields);
+}
+
+}  // namespace idemledger

@@ -1,0 +1,295 @@
+#include "idemledger/pg/connection.hpp"
+
+#include <fmt/format.h>
+
+#include <libpq-fe.h>
+#include <poll.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "idemledger/status.hpp"
+#include "src/internal/absl_compat.hpp"
+
+namespace idemledger::pg {
+namespace {
+
+struct ConnDeleter {
+  void operator()(PGconn* c) const { PQfinish(c); }
+};
+struct ResultDeleter {
+  void operator()(PGresult* r) const { PQclear(r); }
+};
+using ResultPtr = std::unique_ptr<PGresult, ResultDeleter>;
+
+// SQLSTATE 08006 stands in when libpq reports a lost connection itself.
+constexpr char kConnectionFailure[] = "08006";
+
+std::string trimmed(const char* message) {
+  return std::string(absl::StripTrailingAsciiWhitespace(message != nullptr ? message : ""));
+}
+
+// Text parameters must be NUL-terminated for libpq; a string_view need not
+// be. One buffer holds them all, so a call allocates once, not per parameter.
+class BoundParams {
+ public:
+  explicit BoundParams(std::span<const Param> params) {
+    std::size_t total = 0;
+    for (const Param& p : params) total += p ? p->size() + 1 : 0;
+    buffer_.reserve(total);
+    absl::InlinedVector<std::ptrdiff_t, 8> offsets;
+    for (const Param& p : params) {
+      if (!p) {
+        offsets.push_back(-1);
+        continue;
+      }
+      offsets.push_back(static_cast<std::ptrdiff_t>(buffer_.size()));
+      buffer_.append(p->data(), p->size());
+      buffer_.push_back('\0');
+    }
+    for (std::ptrdiff_t offset : offsets) {
+      values_.push_back(offset < 0 ? nullptr : buffer_.data() + offset);
+    }
+  }
+  int count() const { return static_cast<int>(values_.size()); }
+  const char* const* values() const { return values_.data(); }
+
+ private:
+  std::string buffer_;
+  absl::InlinedVector<const char*, 8> values_;
+};
+
+}  // namespace
+
+struct Connection::Impl {
+  std::unique_ptr<PGconn, ConnDeleter> conn;
+  ConnectionOptions options;
+  absl::flat_hash_map<std::string, std::string> prepared;  // SQL text -> statement name
+  bool broken = false;
+
+  bool connection_bad() const { return broken || PQstatus(conn.get()) != CONNECTION_OK; }
+
+  // The status for a failed command: the server's SQLSTATE if it sent one,
+  // 08006 (and "connection broken") if the session is gone.
+  absl::Status error(const PGresult* result) {
+    const char* state = result != nullptr ? PQresultErrorField(result, PG_DIAG_SQLSTATE) : nullptr;
+    std::string message = trimmed(result != nullptr ? PQresultErrorMessage(result) : nullptr);
+    if (message.empty()) message = trimmed(PQerrorMessage(conn.get()));
+    if (state == nullptr && connection_bad()) state = kConnectionFailure;
+    absl::Status status = state != nullptr ? status_from_sqlstate(state, message)
+                                           : absl::InternalError(message);
+    if (connection_bad()) {
+      broken = true;
+      mark_connection_broken(status);
+    }
+    return status;
+  }
+
+  absl::StatusOr<Result> to_result(const PGresult* r) {
+    switch (PQresultStatus(r)) {
+      case PGRES_COMMAND_OK:
+      case PGRES_TUPLES_OK:
+        break;
+      default:
+        return error(r);
+    }
+    Result out;
+    const int rows = PQntuples(r);
+    const int columns = PQnfields(r);
+    out.rows.reserve(static_cast<std::size_t>(rows));
+    for (int i = 0; i < rows; ++i) {
+      auto& row = out.rows.emplace_back();
+      row.reserve(static_cast<std::size_t>(columns));
+      for (int j = 0; j < columns; ++j) {
+        if (PQgetisnull(r, i, j)) {
+          row.emplace_back(std::nullopt);
+        } else {
+          row.emplace_back(std::string(PQgetvalue(r, i, j), static_cast<std::size_t>(PQgetlength(r, i, j))));
+        }
+      }
+    }
+    (void)absl::SimpleAtoi(PQcmdTuples(const_cast<PGresult*>(r)), &out.affected_rows);
+    return out;
+  }
+
+  // The name of `sql`'s prepared statement, or nullptr if it still needs a Parse.
+  const std::string* prepared_name(std::string_view sql) const {
+    auto it = prepared.find(internal::to_absl(sql));
+    return it == prepared.end() ? nullptr : &it->second;
+  }
+  std::string next_name() const { return fmt::format("idemledger_{}", prepared.size()); }
+};
+
+Connection::Connection(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Connection::~Connection() = default;
+
+absl::StatusOr<std::unique_ptr<Connection>> Connection::open(std::string_view dsn,
+                                                             ConnectionOptions options) {
+  const std::string conninfo(dsn);
+  char* parse_error = nullptr;
+  PQconninfoOption* parsed = PQconninfoParse(conninfo.c_str(), &parse_error);
+  if (parsed == nullptr) {
+    std::string why = trimmed(parse_error);
+    PQfreemem(parse_error);
+    return absl::InvalidArgumentError(fmt::format("invalid PostgreSQL DSN: {}", why));
+  }
+  PQconninfoFree(parsed);
+
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->conn.reset(PQconnectdb(conninfo.c_str()));
+  if (impl->conn == nullptr) return absl::ResourceExhaustedError("libpq could not allocate a connection");
+  if (PQstatus(impl->conn.get()) != CONNECTION_OK) {
+    absl::Status s = absl::UnavailableError(
+        fmt::format("cannot connect to PostgreSQL: {}", trimmed(PQerrorMessage(impl->conn.get()))));
+    mark_connection_broken(s);
+    return s;
+  }
+  return std::unique_ptr<Connection>(new Connection(std::move(impl)));
+}
+
+absl::StatusOr<Result> Connection::execute(std::string_view sql, std::span<const Param> params) {
+  if (impl_->connection_bad()) return impl_->error(nullptr);
+  PGconn* c = impl_->conn.get();
+  const BoundParams bound(params);
+  ResultPtr result;
+  if (!impl_->options.prepared_statements) {
+    result.reset(PQexecParams(c, std::string(sql).c_str(), bound.count(), nullptr, bound.values(),
+                              nullptr, nullptr, 0));
+  } else {
+    const std::string* name = impl_->prepared_name(sql);
+    if (name == nullptr) {
+      std::string new_name = impl_->next_name();
+      ResultPtr prepared(PQprepare(c, new_name.c_str(), std::string(sql).c_str(), bound.count(), nullptr));
+      if (PQresultStatus(prepared.get()) != PGRES_COMMAND_OK) return impl_->error(prepared.get());
+      name = &impl_->prepared.emplace(std::string(sql), std::move(new_name)).first->second;
+    }
+    result.reset(PQexecPrepared(c, name->c_str(), bound.count(), bound.values(), nullptr, nullptr, 0));
+  }
+  return impl_->to_result(result.get());
+}
+
+absl::StatusOr<Result> Connection::execute_atomically(std::span<const Statement> statements) {
+  if (impl_->connection_bad()) return impl_->error(nullptr);
+  PGconn* c = impl_->conn.get();
+  if (PQenterPipelineMode(c) != 1) return idemledger::Connection::execute_atomically(statements);
+
+  // Send everything, then one Sync: without an explicit BEGIN the server runs
+  // the batch as one implicit transaction and commits it at the Sync.
+  struct Pending {
+    bool is_prepare;
+    std::string sql;   // for prepares: cache it once the Parse succeeded
+    std::string name;
+  };
+  std::vector<Pending> pending;
+  pending.reserve(statements.size() * 2);
+  std::vector<std::string> new_names;  // Parse sent in this batch, keyed by SQL
+  bool sent = true;
+  for (const Statement& s : statements) {
+    const BoundParams bound(s.params);
+    const std::string sql(s.sql);
+    if (!impl_->options.prepared_statements) {
+      sent = sent && PQsendQueryParams(c, sql.c_str(), bound.count(), nullptr, bound.values(), nullptr,
+                                       nullptr, 0) == 1;
+      pending.push_back({false, {}, {}});
+      continue;
+    }
+    const std::string* existing = impl_->prepared_name(sql);
+    std::string name;
+    if (existing != nullptr) {
+      name = *existing;
+    } else {
+      name = fmt::format("{}_{}", impl_->next_name(), pending.size());
+      sent = sent && PQsendPrepare(c, name.c_str(), sql.c_str(), bound.count(), nullptr) == 1;
+      pending.push_back({true, sql, name});
+    }
+    sent = sent && PQsendQueryPrepared(c, name.c_str(), bound.count(), bound.values(), nullptr,
+                                       nullptr, 0) == 1;
+    pending.push_back({false, {}, {}});
+  }
+  sent = sent && PQpipelineSync(c) == 1;
+  if (!sent) {
+    absl::Status s = impl_->error(nullptr);
+    impl_->broken = true;  // a half-sent pipeline leaves the protocol state unknown
+    mark_connection_broken(s);
+    return s;
+  }
+
+  absl::Status first_error;
+  absl::StatusOr<Result> last;
+  for (const Pending& p : pending) {
+    ResultPtr r(PQgetResult(c));
+    if (r == nullptr) {
+      first_error.Update(impl_->error(nullptr));
+      break;
+    }
+    while (ResultPtr extra{PQgetResult(c)}) {
+    }  // drain to the command's end marker
+    const ExecStatusType status = PQresultStatus(r.get());
+    if (status == PGRES_PIPELINE_ABORTED) continue;
+    if (p.is_prepare) {
+      if (status == PGRES_COMMAND_OK) impl_->prepared.emplace(p.sql, p.name);
+      else first_error.Update(impl_->error(r.get()));
+      continue;
+    }
+    last = impl_->to_result(r.get());
+    if (!last.ok()) first_error.Update(last.status());
+    if (impl_->connection_bad()) break;
+  }
+  if (!impl_->connection_bad()) {
+    ResultPtr sync(PQgetResult(c));
+    if (sync != nullptr && PQresultStatus(sync.get()) == PGRES_PIPELINE_SYNC &&
+        PQexitPipelineMode(c) == 1) {
+      if (!first_error.ok()) return first_error;
+      return last;
+    }
+    impl_->broken = true;
+  }
+  // A server error means the implicit transaction rolled back: a definite no.
+  if (!first_error.ok() && !connection_broken(first_error)) return first_error;
+  // The session died before the Sync's answer: the commit may or may not have
+  // happened. Say so; never guess.
+  absl::Status s = absl::UnavailableError(
+      fmt::format("commit in doubt: connection lost before the outcome arrived: {}", trimmed(PQerrorMessage(c))));
+  s.SetPayload(internal::to_absl(kSqlStatePayload), absl::Cord(kConnectionFailure));
+  mark_connection_broken(s);
+  mark_commit_in_doubt(s);
+  return s;
+}
+
+bool Connection::in_transaction() const {
+  const PGTransactionStatusType t = PQtransactionStatus(impl_->conn.get());
+  return t == PQTRANS_INTRANS || t == PQTRANS_INERROR;
+}
+
+bool Connection::is_broken() const { return impl_->connection_bad(); }
+
+bool Connection::is_idle() const {
+  return !impl_->connection_bad() && PQtransactionStatus(impl_->conn.get()) == PQTRANS_IDLE;
+}
+
+bool Connection::poll_alive() {
+  if (impl_->connection_bad()) return false;
+  // An idle session receives nothing unless the server is ending it (the FATAL
+  // of an administrator shutdown, then EOF). Look without blocking; only if
+  // something arrived, read it and confirm with a round trip.
+  pollfd readable{.fd = PQsocket(impl_->conn.get()), .events = POLLIN, .revents = 0};
+  if (poll(&readable, 1, 0) == 0) return true;
+  if (PQconsumeInput(impl_->conn.get()) != 1 || !execute("SELECT 1").ok()) impl_->broken = true;
+  return !impl_->connection_bad();
+}
+
+int Connection::backend_pid() const { return PQbackendPID(impl_->conn.get()); }
+
+void Connection::abandon_after_fork() {
+  (void)impl_->conn.release();  // the parent still owns the socket; send nothing on it
+  impl_->broken = true;
+}
+
+}  // namespace idemledger::pg

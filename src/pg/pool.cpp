@@ -1,0 +1,141 @@
+#include "idemledger/pg/pool.hpp"
+
+#include <fmt/format.h>
+
+#include "src/internal/absl_compat.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "absl/time/clock.h"
+
+namespace idemledger::pg {
+namespace {
+// Pause between failed connection attempts while acquire() still has time.
+constexpr absl::Duration kReconnectPause = absl::Milliseconds(50);
+}  // namespace
+
+PooledConnection::PooledConnection(PooledConnection&& other) noexcept
+    : pool_(std::exchange(other.pool_, nullptr)),
+      conn_(std::move(other.conn_)),
+      owner_pid_(other.owner_pid_),
+      discard_(other.discard_) {}
+
+PooledConnection& PooledConnection::operator=(PooledConnection&& other) noexcept {
+  if (this != &other) {
+    give_back();
+    pool_ = std::exchange(other.pool_, nullptr);
+    conn_ = std::move(other.conn_);
+    owner_pid_ = other.owner_pid_;
+    discard_ = other.discard_;
+  }
+  return *this;
+}
+
+PooledConnection::~PooledConnection() { give_back(); }
+
+void PooledConnection::give_back() {
+  if (pool_ == nullptr || conn_ == nullptr) return;
+  if (owner_pid_ != getpid()) {
+    conn_->abandon_after_fork();  // borrowed before fork(): the parent's session
+    conn_.reset();
+  } else {
+    pool_->release(std::move(conn_), discard_);
+  }
+  pool_ = nullptr;
+}
+
+Pool::Pool(PoolOptions options) : options_(std::move(options)), owner_pid_(getpid()) {}
+
+Pool::~Pool() {
+  absl::MutexLock lock(&mu_);
+  abandon_if_forked();
+  idle_.clear();
+}
+
+bool Pool::can_hand_out() const { return !idle_.empty() || open_ < options_.max_size; }
+
+void Pool::abandon_if_forked() {
+  if (owner_pid_ == getpid()) return;
+  for (auto& conn : idle_) conn->abandon_after_fork();
+  idle_.clear();
+  open_ = 0;
+  owner_pid_ = getpid();
+}
+
+absl::StatusOr<PooledConnection> Pool::acquire() {
+  const absl::Time deadline = absl::Now() + options_.acquire_timeout;
+  absl::Status last_connect_error;
+  for (;;) {
+    std::unique_ptr<Connection> candidate;
+    {
+      absl::MutexLock lock(&mu_);
+      abandon_if_forked();
+      if (!mu_.AwaitWithDeadline(absl::Condition(this, &Pool::can_hand_out), deadline)) {
+        return absl::UnavailableError(fmt::format("connection pool exhausted: all {} connections in use for {}", options_.max_size, absl::FormatDuration(options_.acquire_timeout)));
+      }
+      if (!idle_.empty()) {
+        candidate = std::move(idle_.back());
+        idle_.pop_back();
+      } else {
+        ++open_;  // reserve the slot before connecting outside the lock
+      }
+    }
+    if (candidate == nullptr) {
+      absl::StatusOr<std::unique_ptr<Connection>> opened =
+          Connection::open(options_.dsn, options_.connection);
+      if (opened.ok()) {
+        absl::MutexLock lock(&mu_);
+        ++created_;
+        return PooledConnection(this, std::move(*opened));
+      }
+      {
+        absl::MutexLock lock(&mu_);
+        --open_;
+      }
+      if (opened.status().code() == absl::StatusCode::kInvalidArgument) return opened.status();
+      last_connect_error = opened.status();
+      if (absl::Now() + kReconnectPause >= deadline) {
+        return absl::UnavailableError(fmt::format("connection pool: no connection within {}: {}", absl::FormatDuration(options_.acquire_timeout), last_connect_error.message()));
+      }
+      absl::SleepFor(kReconnectPause);
+      continue;
+    }
+    candidate = validate(std::move(candidate));
+    if (candidate != nullptr) return PooledConnection(this, std::move(candidate));
+    absl::MutexLock lock(&mu_);
+    --open_;
+    ++dropped_;
+  }
+}
+
+std::unique_ptr<Connection> Pool::validate(std::unique_ptr<Connection> conn) {
+  if (!conn->poll_alive()) return nullptr;  // closed, or the server went away
+  if (conn->in_transaction()) {
+    // Left inside a transaction by its last user: roll back or replace.
+    if (!conn->execute("ROLLBACK").ok()) return nullptr;
+  } else if (!conn->is_idle()) {
+    if (!conn->execute("SELECT 1").ok()) return nullptr;
+  }
+  return conn;
+}
+
+void Pool::release(std::unique_ptr<Connection> conn, bool discard) {
+  const bool drop = discard || conn->is_broken();
+  absl::MutexLock lock(&mu_);
+  if (drop) {
+    --open_;
+    ++dropped_;
+    conn.reset();
+    return;
+  }
+  idle_.push_back(std::move(conn));
+}
+
+Pool::Stats Pool::stats() const {
+  absl::MutexLock lock(&mu_);
+  return {.open = open_, .idle = idle_.size(), .created = created_, .dropped = dropped_};
+}
+
+}  // namespace idemledger::pg

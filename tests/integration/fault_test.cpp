@@ -1,0 +1,146 @@
+// Faults the ledger must answer correctly: a commit whose acknowledgement is
+// lost, lock contention, timeouts, a session killed by the server.
+#include "gmock/gmock.h"
+#include "idemledger/ledger.hpp"
+#include "idemledger/retry.hpp"
+#include "idemledger/status.hpp"
+#include "tests/integration/test_db.hpp"
+
+namespace idemledger::testing {
+namespace {
+
+// Forwards to a real connection; the first execute_atomically() commits for
+// real and then reports the connection lost, as if the server's answer to the
+// commit never arrived.
+class LosesFirstCommitAck final : public Connection {
+ public:
+  explicit LosesFirstCommitAck(Connection& real) : real_(real) {}
+  using Connection::execute;
+  absl::StatusOr<Result> execute(std::string_view sql, std::span<const Param> params) override {
+    return real_.execute(sql, params);
+  }
+  absl::StatusOr<Result> execute_atomically(std::span<const Statement> statements) override {
+    absl::StatusOr<Result> r = real_.execute_atomically(statements);
+    if (lost_ || !r.ok()) return r;
+    lost_ = true;
+    absl::Status s = absl::UnavailableError("commit in doubt: connection lost");
+    mark_commit_in_doubt(s);
+    return s;
+  }
+  bool in_transaction() const override { return real_.in_transaction(); }
+
+ private:
+  Connection& real_;
+  bool lost_ = false;
+};
+
+using Fault = LedgerTest;
+
+TEST_F(Fault, InDoubtCommit_RetryAnswersAlreadyAppliedAndCreditsOnce) {
+  open_account(1, "0");
+  LosesFirstCommitAck flaky(*conn_);
+  const PaymentEvent e = event("evt_1", EventType::kDeposit, 1, "25");
+  std::vector<absl::Status> attempts;
+  absl::StatusOr<Outcome> r = with_retries(RetryPolicy{}, [&] {
+    absl::StatusOr<Outcome> attempt = ledger_->process_deposit(flaky, e);
+    attempts.push_back(attempt.status());
+    return attempt;
+  });
+  ASSERT_EQ(attempts.size(), 2u);
+  EXPECT_TRUE(commit_in_doubt(attempts[0]));
+  EXPECT_TRUE(is_retryable(attempts[0]));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, Outcome::kAlreadyApplied) << "the first commit landed; the retry must say so";
+  EXPECT_EQ(balance(1), "25");
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events"), 1);
+  EXPECT_EQ(scalar("SELECT status FROM {schema}.payment_events"), "confirmed");
+}
+
+TEST_F(Fault, LockedUser_WithdrawalAnswersRetryableImmediately) {
+  open_account(1, "100");
+  std::unique_ptr<pg::Connection> holder = connect();
+  ASSERT_TRUE(holder->execute("BEGIN").ok());
+  ASSERT_TRUE(holder->execute("SELECT 1 FROM " + schema_ + ".users WHERE id = 1 FOR UPDATE").ok());
+
+  const absl::Time start = absl::Now();
+  absl::StatusOr<Outcome> r = ledger_->process_withdrawal(*conn_, event("w_1", EventType::kWithdrawal, 1, "10"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1)) << "NOWAIT must not wait for lock_timeout";
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(sqlstate(r.status()), "55P03");
+  EXPECT_TRUE(is_retryable(r.status()));
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.processed_events"), 0) << "rolled back whole";
+
+  ASSERT_TRUE(holder->execute("ROLLBACK").ok());
+  EXPECT_EQ(*ledger_->process_withdrawal(*conn_, event("w_1", EventType::kWithdrawal, 1, "10")), Outcome::kApplied);
+  EXPECT_EQ(balance(1), "90");
+}
+
+TEST_F(Fault, LockedUser_DepositWaitsAtMostLockTimeout) {
+  ledger_ = std::make_unique<Ledger>(options({.lock_timeout = absl::Milliseconds(200)}));
+  open_account(1, "0");
+  std::unique_ptr<pg::Connection> holder = connect();
+  ASSERT_TRUE(holder->execute("BEGIN").ok());
+  ASSERT_TRUE(holder->execute("UPDATE " + schema_ + ".users SET balance = balance WHERE id = 1").ok());
+  const absl::Time start = absl::Now();
+  absl::StatusOr<Outcome> r = ledger_->process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "1"));
+  const absl::Duration waited = absl::Now() - start;
+  EXPECT_GE(waited, absl::Milliseconds(150));
+  EXPECT_LT(waited, absl::Seconds(2));
+  EXPECT_EQ(sqlstate(r.status()), "55P03");
+  EXPECT_TRUE(is_retryable(r.status()));
+  ASSERT_TRUE(holder->execute("ROLLBACK").ok());
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events"), 0);
+}
+
+TEST_F(Fault, StatementTimeoutInTheBatchIsEnforced) {
+  // Lock wait longer than the statement timeout: the statement timeout fires,
+  // proving the setting sent in the same pipeline applies to the apply.
+  ledger_ = std::make_unique<Ledger>(
+      options({.lock_timeout = absl::Seconds(30), .statement_timeout = absl::Milliseconds(300)}));
+  open_account(1, "0");
+  std::unique_ptr<pg::Connection> holder = connect();
+  ASSERT_TRUE(holder->execute("BEGIN").ok());
+  ASSERT_TRUE(holder->execute("UPDATE " + schema_ + ".users SET balance = balance WHERE id = 1").ok());
+  absl::StatusOr<Outcome> r = ledger_->process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "1"));
+  EXPECT_EQ(sqlstate(r.status()), "57014");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded);
+  ASSERT_TRUE(holder->execute("ROLLBACK").ok());
+}
+
+TEST_F(Fault, TimeoutsAreTransactionScoped) {
+  open_account(1, "0");
+  ASSERT_EQ(*ledger_->process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "1")), Outcome::kApplied);
+  // A PgBouncer-shared session must not keep our settings after the transaction.
+  EXPECT_EQ(scalar("SHOW lock_timeout"), "0");
+  EXPECT_EQ(scalar("SHOW statement_timeout"), "0");
+}
+
+TEST_F(Fault, SessionKilledByServer_IsRetryableAndMarkedBroken) {
+  open_account(1, "0");
+  std::unique_ptr<pg::Connection> victim = connect();
+  const std::string pid = std::to_string(victim->backend_pid());
+  ASSERT_EQ(scalar("SELECT pg_terminate_backend(" + pid + ")"), "t");
+  absl::SleepFor(absl::Milliseconds(100));
+  absl::StatusOr<Outcome> r = ledger_->process_deposit(*victim, event("d_1", EventType::kDeposit, 1, "1"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(is_retryable(r.status())) << r.status();
+  EXPECT_TRUE(connection_broken(r.status())) << r.status();
+  EXPECT_TRUE(victim->is_broken());
+  // A new session applies it exactly once.
+  EXPECT_EQ(*ledger_->process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "1")), Outcome::kApplied);
+  EXPECT_EQ(balance(1), "1");
+}
+
+TEST_F(Fault, HostTransaction_DepositJoinsItAndRollsBackWithIt) {
+  open_account(1, "0");
+  ASSERT_TRUE(conn_->execute("BEGIN").ok());
+  EXPECT_EQ(*ledger_->process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "3")), Outcome::kApplied);
+  ASSERT_TRUE(conn_->execute("ROLLBACK").ok());
+  EXPECT_EQ(balance(1), "0");
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.processed_events"), 0);
+  EXPECT_EQ(*ledger_->process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "3")), Outcome::kApplied);
+  EXPECT_EQ(balance(1), "3");
+}
+
+}  // namespace
+}  // namespace idemledger::testing

@@ -1,0 +1,75 @@
+// Shared helpers for integration tests: a real PostgreSQL from
+// IDEMLEDGER_TEST_DSN (set by scripts/with-postgres.sh), a fresh schema per
+// test, fork()-based workers with a start barrier, and a recording alert sink.
+#ifndef IDEMLEDGER_TESTS_INTEGRATION_TEST_DB_HPP
+#define IDEMLEDGER_TESTS_INTEGRATION_TEST_DB_HPP
+
+#include <sys/types.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "gtest/gtest.h"
+#include "idemledger/alert.hpp"
+#include "idemledger/ledger.hpp"
+#include "idemledger/pg/connection.hpp"
+
+namespace idemledger::testing {
+
+// The DSN of the private test server; fails the test run loudly if unset.
+const std::string& test_dsn();
+
+// A new connection to the test server; aborts the test on failure.
+std::unique_ptr<pg::Connection> connect();
+
+// Alerts collected in memory, thread-safe.
+class RecordingAlertSink : public AlertSink {
+ public:
+  void alert(const Alert& a) override;
+  std::vector<std::string> keys() const;
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<std::string> keys_ ABSL_GUARDED_BY(mu_);
+};
+
+// Each test gets its own migrated schema, dropped afterwards.
+class LedgerTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+
+  // Options for ledger_ (schema and alert sink filled in).
+  LedgerOptions options(LedgerOptions base = {}) const;
+
+  // First column of the first row of `sql` ({schema} substituted), or "NULL".
+  std::string scalar(const std::string& sql);
+  long count(const std::string& sql) { return std::stol(scalar(sql)); }
+  void exec(const std::string& sql);
+
+  void open_account(std::int64_t user, std::string_view balance);
+  std::string balance(std::int64_t user);
+  // Inserts a payment_events row directly, as intake would.
+  void record_event(const PaymentEvent& e, std::string_view status, int retry_count = 0);
+  // Every user's balance == initial_balance + SUM(balance_events), none negative.
+  void expect_reconciled();
+
+  static PaymentEvent event(std::string id, EventType type, std::int64_t user,
+                            std::string_view amount);
+
+  std::string schema_;
+  std::unique_ptr<pg::Connection> conn_;
+  RecordingAlertSink alerts_;
+  std::unique_ptr<Ledger> ledger_;
+};
+
+// Runs `work(i)` in `n` forked children, all released at once by a barrier;
+// returns each child's exit code (work's return value, 0..255) by index.
+std::vector<int> run_forked(int n, const std::function<int(int)>& work);
+
+}  // namespace idemledger::testing
+
+#endif  // IDEMLEDGER_TESTS_INTEGRATION_TEST_DB_HPP

@@ -1,0 +1,28 @@
+# cmake -DMODE=find_package|fetchcontent -DSOURCE=... -DBINARY=... [-DPREFIX=...] [-DIDEMLEDGER_GIT=...]
+# Configures, builds and runs the consumer; any failure fails the test.
+file(REMOVE_RECURSE ${BINARY})
+set(args -S ${SOURCE} -B ${BINARY} -DCONSUMER_MODE=${MODE})
+if(MODE STREQUAL "find_package")
+  list(APPEND args -DCMAKE_PREFIX_PATH=${PREFIX})
+else()
+  # The repository's committed HEAD, as a user's FetchContent would see it.
+  execute_process(COMMAND git -C ${IDEMLEDGER_GIT} rev-parse HEAD OUTPUT_VARIABLE head
+                  OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "FetchContent check needs a git checkout of idemledger")
+  endif()
+  list(APPEND args -DIDEMLEDGER_GIT=${IDEMLEDGER_GIT} -DIDEMLEDGER_TAG=${head})
+endif()
+foreach(step IN ITEMS configure build run)
+  if(step STREQUAL "configure")
+    set(cmd ${CMAKE_COMMAND} ${args})
+  elseif(step STREQUAL "build")
+    set(cmd ${CMAKE_COMMAND} --build ${BINARY} -j2)
+  else()
+    set(cmd ${BINARY}/consumer)
+  endif()
+  execute_process(COMMAND ${cmd} RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "consumer ${step} failed (${MODE})")
+  endif()
+endforeach()

@@ -1,0 +1,62 @@
+#include "idemledger/retry.hpp"
+
+#include <set>
+
+#include "gtest/gtest.h"
+
+namespace idemledger {
+namespace {
+
+TEST(FullJitterBackoff, StaysWithinTheExponentialCeilingAndTheCap) {
+  const RetryPolicy policy{.max_attempts = 6,
+                           .base_delay = absl::Milliseconds(10),
+                           .max_delay = absl::Milliseconds(100)};
+  for (int retry = 0; retry < 12; ++retry) {
+    absl::Duration ceiling = absl::Milliseconds(10);
+    for (int i = 0; i < retry; ++i) ceiling = std::min(ceiling * 2, absl::Milliseconds(100));
+    for (int draw = 0; draw < 200; ++draw) {
+      const absl::Duration d = full_jitter_backoff(policy, retry);
+      EXPECT_GE(d, absl::ZeroDuration());
+      EXPECT_LE(d, ceiling) << "retry " << retry;
+    }
+  }
+}
+
+TEST(FullJitterBackoff, SpreadsDelays) {
+  const RetryPolicy policy{.max_attempts = 6, .base_delay = absl::Seconds(1), .max_delay = absl::Seconds(60)};
+  std::set<std::int64_t> distinct;
+  for (int i = 0; i < 50; ++i) distinct.insert(absl::ToInt64Microseconds(full_jitter_backoff(policy, 3)));
+  EXPECT_GT(distinct.size(), 40u);
+}
+
+TEST(WithRetries, RerunsRetryableFailuresUpToTheLimit) {
+  const RetryPolicy policy{.max_attempts = 4, .base_delay = absl::Microseconds(1), .max_delay = absl::Microseconds(10)};
+  int calls = 0;
+  absl::Status s = with_retries(policy, [&] {
+    ++calls;
+    return absl::UnavailableError("lock not available");
+  });
+  EXPECT_EQ(calls, 4);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(WithRetries, StopsOnSuccessOrPermanentFailure) {
+  const RetryPolicy policy{.max_attempts = 5, .base_delay = absl::Microseconds(1), .max_delay = absl::Microseconds(10)};
+  int calls = 0;
+  absl::StatusOr<int> r = with_retries(policy, [&]() -> absl::StatusOr<int> {
+    if (++calls < 3) return absl::AbortedError("deadlock");
+    return 42;
+  });
+  EXPECT_EQ(calls, 3);
+  EXPECT_EQ(*r, 42);
+  calls = 0;
+  absl::Status bad = with_retries(policy, [&] {
+    ++calls;
+    return absl::InvalidArgumentError("bad amount");
+  });
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace idemledger
