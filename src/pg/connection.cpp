@@ -79,7 +79,9 @@ struct Connection::Impl {
   // 08006 (and "connection broken") if the session is gone.
   absl::Status error(const PGresult* result) {
     const char* state = result != nullptr ? PQresultErrorField(result, PG_DIAG_SQLSTATE) : nullptr;
-    std::string message = trimmed(result != nullptr ? PQresultErrorMessage(result) : nullptr);
+    // The primary message names the rule; the severity prefix and PL/pgSQL
+    // context lines would only bury it.
+    std::string message = trimmed(result != nullptr ? PQresultErrorField(result, PG_DIAG_MESSAGE_PRIMARY) : nullptr);
     if (message.empty()) message = trimmed(PQerrorMessage(conn.get()));
     if (state == nullptr && connection_bad()) state = kConnectionFailure;
     absl::Status status = state != nullptr ? status_from_sqlstate(state, message)
@@ -145,6 +147,9 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::open(std::string_view ds
   impl->options = options;
   impl->conn.reset(PQconnectdb(conninfo.c_str()));
   if (impl->conn == nullptr) return absl::ResourceExhaustedError("libpq could not allocate a connection");
+  // Server NOTICEs ("schema ... does not exist, skipping") are not the host's
+  // business; libpq would print them on stderr.
+  PQsetNoticeProcessor(impl->conn.get(), [](void*, const char*) {}, nullptr);
   if (PQstatus(impl->conn.get()) != CONNECTION_OK) {
     absl::Status s = absl::UnavailableError(
         fmt::format("cannot connect to PostgreSQL: {}", trimmed(PQerrorMessage(impl->conn.get()))));

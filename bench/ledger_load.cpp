@@ -1,0 +1,155 @@
+// ledger_load — end-to-end deposit throughput through process_deposit.
+//
+//   ledger_load --dsn DSN [--clients 4] [--seconds 20] [--history 100000] [--unnamed]
+//
+// Sets up schema "bench" like the reference workloads' start state (10,000
+// users, N historical confirmed deposits, VACUUM ANALYZEd), then runs
+// `clients` threads, each with its own connection, calling process_deposit
+// with fresh event ids for `seconds`. Prints one line:
+//   RESULT name=idemledger clients=4 deposits=... tps=... p50_us=... p99_us=...
+// bench/run_load.sh runs it beside pgbench on the same server and prints ratios.
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "idemledger.hpp"
+#include "idemledger/pg/connection.hpp"
+
+namespace {
+
+constexpr char kSchema[] = "bench";
+constexpr int kUsers = 10'000;
+
+struct Options {
+  std::string dsn;
+  int clients = 4;
+  int seconds = 20;
+  int history = 100'000;
+  bool prepared = true;
+};
+
+bool run(idemledger::Connection& c, const std::string& sql) {
+  absl::StatusOr<idemledger::Result> r = c.execute(sql);
+  if (!r.ok()) std::fprintf(stderr, "setup: %s: %s\n", sql.c_str(), r.status().ToString().c_str());
+  return r.ok();
+}
+
+// The populated start state: without history, plans cached on empty tables
+// pick sequential scans and keep them (see bench/reference/README.md).
+bool set_up(idemledger::Connection& c, int history) {
+  if (!run(c, "DROP SCHEMA IF EXISTS bench CASCADE")) return false;
+  if (absl::Status s = idemledger::migrate(c, kSchema); !s.ok()) {
+    std::fprintf(stderr, "migrate: %s\n", s.ToString().c_str());
+    return false;
+  }
+  const std::string h = std::to_string(history);
+  return run(c, "INSERT INTO bench.users (id, balance, initial_balance) SELECT g, 0, 0 FROM generate_series(1, " +
+                    std::to_string(kUsers) + ") g") &&
+         run(c, "INSERT INTO bench.payment_events (event_id, user_id, amount, event_type, status, created_at, updated_at) "
+                "SELECT 'h' || g, 1 + g % 10000, (1 + g % 1000000) / 100.0, 'deposit', 'confirmed', "
+                "now() - interval '1 day', now() - interval '1 day' FROM generate_series(1, " + h + ") g") &&
+         // Same key encoding as idempotency_key(): SHA-256 over length-prefixed fields.
+         run(c, "INSERT INTO bench.processed_events (idempotency_key, fingerprint, outcome, created_at) "
+                "SELECT encode(sha256(int4send(octet_length('h' || g)) || convert_to('h' || g, 'UTF8') || "
+                "int4send(7) || convert_to('deposit', 'UTF8')), 'hex'), 'history', 'success', "
+                "now() - interval '1 day' FROM generate_series(1, " + h + ") g") &&
+         run(c, "INSERT INTO bench.balance_events (user_id, amount, event_type, source_event_id, created_at) "
+                "SELECT 1 + g % 10000, (1 + g % 1000000) / 100.0, 'deposit', 'h' || g, now() - interval '1 day' "
+                "FROM generate_series(1, " + h + ") g") &&
+         run(c, "UPDATE bench.users u SET balance = s.total, initial_balance = 0 FROM (SELECT user_id, "
+                "sum(amount) AS total FROM bench.balance_events GROUP BY user_id) s WHERE s.user_id = u.id") &&
+         run(c, "VACUUM ANALYZE") && run(c, "CHECKPOINT");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  if (const char* env = std::getenv("IDEMLEDGER_TEST_DSN")) o.dsn = env;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const auto value = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
+    if (a == "--dsn") o.dsn = value();
+    else if (a == "--clients") o.clients = std::atoi(value().c_str());
+    else if (a == "--seconds") o.seconds = std::atoi(value().c_str());
+    else if (a == "--history") o.history = std::atoi(value().c_str());
+    else if (a == "--unnamed") o.prepared = false;
+    else {
+      std::fprintf(stderr, "usage: ledger_load --dsn DSN [--clients N] [--seconds S] [--history N] [--unnamed]\n");
+      return 2;
+    }
+  }
+  absl::StatusOr<std::unique_ptr<idemledger::pg::Connection>> admin = idemledger::pg::Connection::open(o.dsn);
+  if (!admin.ok()) {
+    std::fprintf(stderr, "connect: %s\n", admin.status().ToString().c_str());
+    return 1;
+  }
+  if (!set_up(**admin, o.history)) return 1;
+
+  const idemledger::Ledger ledger({.schema = kSchema});
+  std::vector<idemledger::Amount> amounts;  // 0.01 .. 10000.00, like the reference scripts
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 4096; ++i) {
+    const auto cents = 1 + rng() % 1'000'000;
+    amounts.push_back(*idemledger::Amount::parse(std::to_string(cents / 100) + "." + std::to_string(cents % 100)));
+  }
+
+  std::atomic<bool> failed{false};
+  std::vector<std::vector<std::int64_t>> latencies(static_cast<std::size_t>(o.clients));
+  const absl::Time deadline = absl::Now() + absl::Seconds(o.seconds);
+  const absl::Time start = absl::Now();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < o.clients; ++t) {
+    threads.emplace_back([&, t] {
+      absl::StatusOr<std::unique_ptr<idemledger::pg::Connection>> c =
+          idemledger::pg::Connection::open(o.dsn, {.prepared_statements = o.prepared});
+      if (!c.ok()) {
+        failed = true;
+        return;
+      }
+      std::mt19937_64 local(static_cast<std::uint64_t>(t) + 1);
+      auto& lat = latencies[static_cast<std::size_t>(t)];
+      lat.reserve(200'000);
+      idemledger::PaymentEvent e{.type = idemledger::EventType::kDeposit};
+      for (std::int64_t n = 0; absl::Now() < deadline; ++n) {
+        e.event_id = "L" + std::to_string(t) + "_" + std::to_string(n);
+        e.user_id = 1 + static_cast<std::int64_t>(local() % kUsers);
+        e.amount = amounts[local() % amounts.size()];
+        const absl::Time begin = absl::Now();
+        absl::StatusOr<idemledger::Outcome> r = idemledger::with_retries(
+            idemledger::RetryPolicy{}, [&] { return ledger.process_deposit(**c, e); });
+        lat.push_back(absl::ToInt64Microseconds(absl::Now() - begin));
+        if (!r.ok() || *r != idemledger::Outcome::kApplied) {
+          std::fprintf(stderr, "deposit %s: %s\n", e.event_id.c_str(),
+                       r.ok() ? std::string(idemledger::to_string(*r)).c_str() : r.status().ToString().c_str());
+          failed = true;
+          return;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  const std::int64_t elapsed_us = absl::ToInt64Microseconds(absl::Now() - start);
+  std::vector<std::int64_t> all;
+  for (const auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
+  if (failed || all.empty()) return 1;
+  std::sort(all.begin(), all.end());
+  const auto pct = [&](int p) { return all[std::min(all.size() - 1, all.size() * static_cast<std::size_t>(p) / 100)]; };
+
+  absl::StatusOr<std::vector<idemledger::BalanceMismatch>> mismatches = ledger.find_balance_mismatches(**admin);
+  if (!mismatches.ok() || !mismatches->empty()) {
+    std::fprintf(stderr, "reconciliation failed after the load\n");
+    return 1;
+  }
+  std::printf("RESULT name=idemledger clients=%d deposits=%zu tps=%lld p50_us=%lld p99_us=%lld\n", o.clients,
+              all.size(), static_cast<long long>(static_cast<std::int64_t>(all.size()) * 1'000'000 / elapsed_us),
+              static_cast<long long>(pct(50)), static_cast<long long>(pct(99)));
+  return 0;
+}

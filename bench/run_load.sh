@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# run_load.sh [CLIENTS=4] [SECONDS=20] [ROUNDS=1]
+#
+# End-to-end deposit throughput, side by side on ONE private PostgreSQL in ONE
+# run: idemledger's process_deposit (bench/ledger_load) against pgbench with
+# the reference scripts in bench/reference/ — the seed's 13-statement deposit
+# and the one-statement floor — and pgbench's built-in simple-update. Same
+# client count, same duration, populated start state, prepared protocol.
+# Prints deposits/s, p50/p99 latency (median over rounds) and the ratios.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+clients=${1:-4} seconds=${2:-20} rounds=${3:-1}
+
+if [[ -z "${IDEMLEDGER_PG_PORT:-}" ]]; then
+  bash scripts/build.sh build
+  exec bash scripts/with-postgres.sh build/bench-pg bash "$0" "$clients" "$seconds" "$rounds"
+fi
+
+ref=bench/reference
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+conn=(-h "$IDEMLEDGER_PG_SOCKET" -p "$IDEMLEDGER_PG_PORT" -U postgres)
+psql=(psql -X -q -v ON_ERROR_STOP=1 "${conn[@]}")
+pgbench=$(command -v pgbench || echo "$IDEMLEDGER_PG_BIN/pgbench")
+
+"${psql[@]}" -d postgres -c "CREATE DATABASE seedref"
+"${psql[@]}" -d postgres -c "CREATE DATABASE builtin"
+"${psql[@]}" -d seedref -f "$ref/seed_schema.sql" >/dev/null 2>&1
+"$pgbench" -i -q -s 10 "${conn[@]}" builtin >/dev/null 2>&1
+
+# percentile FILE P: the P-th percentile of pgbench per-transaction latencies (µs).
+percentile() { awk '{print $3}' "$1" | sort -n | awk -v p="$2" '{a[NR]=$1} END {i=int(NR*p/100); if (i<1) i=1; print a[i]}'; }
+
+# run_pgbench NAME DB ARGS...: one pgbench run, appends "NAME tps p50 p99" to results.
+run_pgbench() {
+  local name=$1 db=$2
+  shift 2
+  rm -f "$work"/log.*
+  local out
+  out=$("$pgbench" -n -M prepared -c "$clients" -j 2 -T "$seconds" -l --log-prefix="$work/log" "${conn[@]}" "$@" "$db" 2>&1) \
+    || { echo "$out" >&2; exit 1; }
+  cat "$work"/log.* >"$work/all"
+  local tps
+  tps=$(echo "$out" | awk '/^tps = / {printf "%d", $3; exit}')
+  echo "$name $tps $(percentile "$work/all" 50) $(percentile "$work/all" 99)" >>"$work/results"
+}
+
+reset_seed() { "${psql[@]}" -d seedref -v hist=100000 -f "$ref/seed_reset.sql" >/dev/null 2>&1; "${psql[@]}" -d seedref -c "VACUUM ANALYZE" -c "CHECKPOINT"; }
+
+for round in $(seq 1 "$rounds"); do
+  echo "round $round/$rounds: $clients clients x ${seconds}s per workload" >&2
+  build/bench/ledger_load --dsn "$IDEMLEDGER_TEST_DSN" --clients "$clients" --seconds "$seconds" \
+    | awk '/^RESULT/ {split($0, f, /[ =]/); for (i = 1; i <= NF; i++) {split($i, kv, "="); v[kv[1]] = kv[2]}
+                      print "idemledger", v["tps"], v["p50_us"], v["p99_us"]}' >>"$work/results"
+  reset_seed
+  run_pgbench seed_sequence seedref -f "$ref/seed_sequence.sql"
+  reset_seed
+  run_pgbench one_statement seedref -f "$ref/one_statement.sql"
+  run_pgbench simple_update builtin -b simple-update
+done
+
+# Median of each column per workload, then the table.
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+declare -A tps p50 p99
+for w in idemledger seed_sequence one_statement simple_update; do
+  tps[$w]=$(awk -v w="$w" '$1==w {print $2}' "$work/results" | median)
+  p50[$w]=$(awk -v w="$w" '$1==w {print $3}' "$work/results" | median)
+  p99[$w]=$(awk -v w="$w" '$1==w {print $4}' "$work/results" | median)
+done
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2fx", a / b}'; }
+printf '\nEnd-to-end deposits, %s clients, %ss per workload, %s round(s), one server, one run\n' "$clients" "$seconds" "$rounds"
+printf '%-40s %10s %9s %9s %18s\n' workload "deposits/s" "p50 µs" "p99 µs" "idemledger / this"
+for w in idemledger seed_sequence one_statement simple_update; do
+  case $w in
+    idemledger) label="idemledger process_deposit" ;;
+    seed_sequence) label="seed: 13 statements, 13 round trips" ;;
+    one_statement) label="floor: one data-modifying CTE" ;;
+    simple_update) label="pgbench built-in simple-update" ;;
+  esac
+  printf '%-40s %10s %9s %9s %18s\n' "$label" "${tps[$w]}" "${p50[$w]}" "${p99[$w]}" "$(ratio "${tps[idemledger]}" "${tps[$w]}")"
+done
