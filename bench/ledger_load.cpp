@@ -50,21 +50,37 @@ bool set_up(idemledger::Connection& c, int history) {
     return false;
   }
   const std::string h = std::to_string(history);
-  return run(c, "INSERT INTO bench.users (id, balance, initial_balance) SELECT g, 0, 0 FROM generate_series(1, " +
-                    std::to_string(kUsers) + ") g") &&
-         run(c, "INSERT INTO bench.payment_events (event_id, user_id, amount, event_type, status, created_at, updated_at) "
-                "SELECT 'h' || g, 1 + g % 10000, (1 + g % 1000000) / 100.0, 'deposit', 'confirmed', "
-                "now() - interval '1 day', now() - interval '1 day' FROM generate_series(1, " + h + ") g") &&
+  return run(c,
+             "INSERT INTO bench.users (id, balance, initial_balance) SELECT g, 0, 0 FROM "
+             "generate_series(1, " +
+                 std::to_string(kUsers) + ") g") &&
+         run(c,
+             "INSERT INTO bench.payment_events (event_id, user_id, amount, event_type, status, "
+             "created_at, updated_at) "
+             "SELECT 'h' || g, 1 + g % 10000, (1 + g % 1000000) / 100.0, 'deposit', 'confirmed', "
+             "now() - interval '1 day', now() - interval '1 day' FROM generate_series(1, " +
+                 h + ") g") &&
          // Same key encoding as idempotency_key(): SHA-256 over length-prefixed fields.
-         run(c, "INSERT INTO bench.processed_events (idempotency_key, fingerprint, outcome, created_at) "
-                "SELECT encode(sha256(int4send(octet_length('h' || g)) || convert_to('h' || g, 'UTF8') || "
-                "int4send(7) || convert_to('deposit', 'UTF8')), 'hex'), 'history', 'success', "
-                "now() - interval '1 day' FROM generate_series(1, " + h + ") g") &&
-         run(c, "INSERT INTO bench.balance_events (user_id, amount, event_type, source_event_id, created_at) "
-                "SELECT 1 + g % 10000, (1 + g % 1000000) / 100.0, 'deposit', 'h' || g, now() - interval '1 day' "
-                "FROM generate_series(1, " + h + ") g") &&
-         run(c, "UPDATE bench.users u SET balance = s.total, initial_balance = 0 FROM (SELECT user_id, "
-                "sum(amount) AS total FROM bench.balance_events GROUP BY user_id) s WHERE s.user_id = u.id") &&
+         run(c,
+             "INSERT INTO bench.processed_events (idempotency_key, fingerprint, outcome, "
+             "created_at) "
+             "SELECT encode(sha256(int4send(octet_length('h' || g)) || convert_to('h' || g, "
+             "'UTF8') || "
+             "int4send(7) || convert_to('deposit', 'UTF8')), 'hex'), 'history', 'success', "
+             "now() - interval '1 day' FROM generate_series(1, " +
+                 h + ") g") &&
+         run(c,
+             "INSERT INTO bench.balance_events (user_id, amount, event_type, source_event_id, "
+             "created_at) "
+             "SELECT 1 + g % 10000, (1 + g % 1000000) / 100.0, 'deposit', 'h' || g, now() - "
+             "interval '1 day' "
+             "FROM generate_series(1, " +
+                 h + ") g") &&
+         run(c,
+             "UPDATE bench.users u SET balance = s.total, initial_balance = 0 FROM (SELECT "
+             "user_id, "
+             "sum(amount) AS total FROM bench.balance_events GROUP BY user_id) s WHERE s.user_id = "
+             "u.id") &&
          run(c, "VACUUM ANALYZE") && run(c, "CHECKPOINT");
 }
 
@@ -76,17 +92,25 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const auto value = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
-    if (a == "--dsn") o.dsn = value();
-    else if (a == "--clients") o.clients = std::atoi(value().c_str());
-    else if (a == "--seconds") o.seconds = std::atoi(value().c_str());
-    else if (a == "--history") o.history = std::atoi(value().c_str());
-    else if (a == "--unnamed") o.prepared = false;
+    if (a == "--dsn")
+      o.dsn = value();
+    else if (a == "--clients")
+      o.clients = std::atoi(value().c_str());
+    else if (a == "--seconds")
+      o.seconds = std::atoi(value().c_str());
+    else if (a == "--history")
+      o.history = std::atoi(value().c_str());
+    else if (a == "--unnamed")
+      o.prepared = false;
     else {
-      std::fprintf(stderr, "usage: ledger_load --dsn DSN [--clients N] [--seconds S] [--history N] [--unnamed]\n");
+      std::fprintf(
+          stderr,
+          "usage: ledger_load --dsn DSN [--clients N] [--seconds S] [--history N] [--unnamed]\n");
       return 2;
     }
   }
-  absl::StatusOr<std::unique_ptr<idemledger::pg::Connection>> admin = idemledger::pg::Connection::open(o.dsn);
+  absl::StatusOr<std::unique_ptr<idemledger::pg::Connection>> admin =
+      idemledger::pg::Connection::open(o.dsn);
   if (!admin.ok()) {
     std::fprintf(stderr, "connect: %s\n", admin.status().ToString().c_str());
     return 1;
@@ -98,7 +122,8 @@ int main(int argc, char** argv) {
   std::mt19937_64 rng(7);
   for (int i = 0; i < 4096; ++i) {
     const auto cents = 1 + rng() % 1'000'000;
-    amounts.push_back(*idemledger::Amount::parse(std::to_string(cents / 100) + "." + std::to_string(cents % 100)));
+    amounts.push_back(*idemledger::Amount::parse(std::to_string(cents / 100) + "." +
+                                                 std::to_string(cents % 100)));
   }
 
   std::atomic<bool> failed{false};
@@ -128,7 +153,8 @@ int main(int argc, char** argv) {
         lat.push_back(absl::ToInt64Microseconds(absl::Now() - begin));
         if (!r.ok() || *r != idemledger::Outcome::kApplied) {
           std::fprintf(stderr, "deposit %s: %s\n", e.event_id.c_str(),
-                       r.ok() ? std::string(idemledger::to_string(*r)).c_str() : r.status().ToString().c_str());
+                       r.ok() ? std::string(idemledger::to_string(*r)).c_str()
+                              : r.status().ToString().c_str());
           failed = true;
           return;
         }
@@ -141,15 +167,20 @@ int main(int argc, char** argv) {
   for (const auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
   if (failed || all.empty()) return 1;
   std::sort(all.begin(), all.end());
-  const auto pct = [&](int p) { return all[std::min(all.size() - 1, all.size() * static_cast<std::size_t>(p) / 100)]; };
+  const auto pct = [&](int p) {
+    return all[std::min(all.size() - 1, all.size() * static_cast<std::size_t>(p) / 100)];
+  };
 
-  absl::StatusOr<std::vector<idemledger::BalanceMismatch>> mismatches = ledger.find_balance_mismatches(**admin);
+  absl::StatusOr<std::vector<idemledger::BalanceMismatch>> mismatches =
+      ledger.find_balance_mismatches(**admin);
   if (!mismatches.ok() || !mismatches->empty()) {
     std::fprintf(stderr, "reconciliation failed after the load\n");
     return 1;
   }
-  std::printf("RESULT name=idemledger clients=%d deposits=%zu tps=%lld p50_us=%lld p99_us=%lld\n", o.clients,
-              all.size(), static_cast<long long>(static_cast<std::int64_t>(all.size()) * 1'000'000 / elapsed_us),
-              static_cast<long long>(pct(50)), static_cast<long long>(pct(99)));
+  std::printf(
+      "RESULT name=idemledger clients=%d deposits=%zu tps=%lld p50_us=%lld p99_us=%lld\n",
+      o.clients, all.size(),
+      static_cast<long long>(static_cast<std::int64_t>(all.size()) * 1'000'000 / elapsed_us),
+      static_cast<long long>(pct(50)), static_cast<long long>(pct(99)));
   return 0;
 }

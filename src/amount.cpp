@@ -2,25 +2,26 @@
 
 #include <fmt/format.h>
 
-#include "src/internal/absl_compat.hpp"
-
 #include <algorithm>
 #include <array>
 #include <boost/multiprecision/cpp_int.hpp>
+#include <charconv>
 #include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "src/internal/absl_compat.hpp"
 
 namespace idemledger {
 namespace {
 
 __extension__ using Units = __int128;
+__extension__ using UnsignedUnits = unsigned __int128;
 // Checked 128-bit arithmetic: overflow is reported, never wrapped.
 using CheckedUnits = boost::multiprecision::checked_int128_t;
 
-constexpr int kMaxIntegerDigits = 20;  // values must be < 10^20
+constexpr int kMaxIntegerDigits = 20;                                // values must be < 10^20
 constexpr int kMaxTotalDigits = kMaxIntegerDigits + Amount::kScale;  // NUMERIC(38,18)
 // Exponents beyond this cannot yield an acceptable amount from <= 128 digits;
 // saturating here keeps "1e999999999" O(length) with no big allocation.
@@ -72,33 +73,40 @@ absl::Status diagnose_format(std::string_view text) {
   return invalid("must match ^[0-9]+(\\.[0-9]+)?([eE][+-]?[0-9]+)?$");
 }
 
-std::string render(Units units) {
-  const bool negative = units < 0;
-  // |units| < 10^38 < 2^127, so negation cannot overflow.
-  Units magnitude = negative ? -units : units;
-  std::array<char, kMaxTotalDigits + 1> digits{};  // little-endian decimal digits
-  int n = 0;
-  do {
-    digits[static_cast<std::size_t>(n++)] = static_cast<char>('0' + static_cast<int>(magnitude % 10));
-    magnitude /= 10;
-  } while (magnitude != 0);
-  while (n <= Amount::kScale) digits[static_cast<std::size_t>(n++)] = '0';  // at least "0.<18>"
+// Writes `value` as exactly `width` decimal digits, zero-padded, ending at `end`.
+char* write_padded(char* end, std::uint64_t value, int width) {
+  for (int i = 0; i < width; ++i, value /= 10) *--end = static_cast<char>('0' + value % 10);
+  return end;
+}
 
-  int last_fraction_digit = 0;  // index of the lowest non-zero fractional digit
-  while (last_fraction_digit < Amount::kScale && digits[static_cast<std::size_t>(last_fraction_digit)] == '0') {
-    ++last_fraction_digit;
+std::string render(Units units) {
+  // |units| < 10^38 < 2^127, so negation cannot overflow. Two 128-bit
+  // divisions split it into 64-bit pieces of at most 18 digits each.
+  const bool negative = units < 0;
+  const auto magnitude = static_cast<UnsignedUnits>(negative ? -units : units);
+  constexpr std::uint64_t kTen18 = 1'000'000'000'000'000'000ULL;
+  const auto fraction = static_cast<std::uint64_t>(magnitude % kTen18);
+  const UnsignedUnits integer = magnitude / kTen18;
+  const auto integer_high = static_cast<std::uint64_t>(integer / kTen18);  // < 100
+  const auto integer_low = static_cast<std::uint64_t>(integer % kTen18);
+
+  std::array<char, 64> buffer{};
+  char* out = buffer.data();
+  if (negative) *out++ = '-';
+  if (integer_high != 0) {
+    out = std::to_chars(out, buffer.data() + buffer.size(), integer_high).ptr;
+    out = write_padded(out + 18, integer_low, 18) + 18;
+  } else {
+    out = std::to_chars(out, buffer.data() + buffer.size(), integer_low).ptr;
   }
-  std::string out;
-  out.reserve(static_cast<std::size_t>(n) + 2);
-  if (negative) out.push_back('-');
-  for (int i = n - 1; i >= Amount::kScale; --i) out.push_back(digits[static_cast<std::size_t>(i)]);
-  if (last_fraction_digit < Amount::kScale) {
-    out.push_back('.');
-    for (int i = Amount::kScale - 1; i >= last_fraction_digit; --i) {
-      out.push_back(digits[static_cast<std::size_t>(i)]);
-    }
+  if (fraction != 0) {
+    *out++ = '.';
+    char* fraction_end =
+        write_padded(out + Amount::kScale, fraction, Amount::kScale) + Amount::kScale;
+    while (fraction_end[-1] == '0') --fraction_end;  // canonical: no trailing zeros
+    out = fraction_end;
   }
-  return out;
+  return std::string(buffer.data(), out);
 }
 
 absl::StatusOr<Units> checked_result(const CheckedUnits& value) {
@@ -129,7 +137,8 @@ absl::StatusOr<Amount> Amount::parse_balance(std::string_view text) {
 absl::StatusOr<Amount> Amount::parse_impl(std::string_view text, bool allow_zero) {
   if (text.empty()) return invalid("must not be empty");
   if (text.size() > kMaxInputLength) {
-    return invalid(fmt::format("must be at most {} characters, got {}", kMaxInputLength, text.size()));
+    return invalid(
+        fmt::format("must be at most {} characters, got {}", kMaxInputLength, text.size()));
   }
 
   // Grammar: ^[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?$, scanned once.
@@ -164,31 +173,35 @@ absl::StatusOr<Amount> Amount::parse_impl(std::string_view text, bool allow_zero
   }
   if (pos != text.size()) return diagnose_format(text);
 
-  // value = significand * 10^exponent10, with significand's zeros trimmed on
-  // both ends so the checks below see the normalised value.
-  std::int64_t exponent10 = exponent - static_cast<std::int64_t>(fraction_part.size());
-  std::string significand;
-  significand.reserve(integer_part.size() + fraction_part.size());
-  significand.append(integer_part).append(fraction_part);
-  const std::size_t first_nonzero = significand.find_first_not_of('0');
-  if (first_nonzero == std::string::npos) {
+  // value = significand * 10^exponent10. The significand's digits are
+  // integer_part then fraction_part; they are walked in place (no copy, no
+  // allocation) and trimmed of zeros on both ends, so the checks below see the
+  // normalised value.
+  const std::size_t total = integer_part.size() + fraction_part.size();
+  const auto digit_at = [&](std::size_t i) {
+    return i < integer_part.size() ? integer_part[i] : fraction_part[i - integer_part.size()];
+  };
+  std::size_t first = 0;
+  while (first < total && digit_at(first) == '0') ++first;
+  if (first == total) {
     if (allow_zero) return Amount();
     return invalid("must be greater than zero");
   }
-  const std::size_t last_nonzero = significand.find_last_not_of('0');
-  exponent10 += static_cast<std::int64_t>(significand.size() - 1 - last_nonzero);
-  const std::string_view digits =
-      std::string_view(significand).substr(first_nonzero, last_nonzero - first_nonzero + 1);
+  std::size_t last = total - 1;
+  while (digit_at(last) == '0') --last;
+  const std::int64_t exponent10 = exponent - static_cast<std::int64_t>(fraction_part.size()) +
+                                  static_cast<std::int64_t>(total - 1 - last);
+  const auto significant_digits = static_cast<std::int64_t>(last - first + 1);
 
   if (exponent10 < -kScale) {
     return invalid("has more than 18 fractional digits (NUMERIC(38,18) would round it)");
   }
-  if (static_cast<std::int64_t>(digits.size()) + exponent10 > kMaxIntegerDigits) {
+  if (significant_digits + exponent10 > kMaxIntegerDigits) {
     return invalid("must be less than 10^20 (NUMERIC(38,18) capacity)");
   }
-  // Now digits.size() + exponent10 + 18 <= 38: the scaled value fits below 10^38.
+  // Now significant_digits + exponent10 + 18 <= 38: the scaled value is below 10^38.
   Units units = 0;
-  for (char c : digits) units = units * 10 + (c - '0');
+  for (std::size_t i = first; i <= last; ++i) units = units * 10 + (digit_at(i) - '0');
   units *= pow10(static_cast<int>(exponent10 + kScale));
   return Amount(units);
 }

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include "src/internal/absl_compat.hpp"
-
 #include "src/internal/schema_name.hpp"
 
 namespace idemledger {
@@ -30,9 +29,14 @@ absl::StatusOr<Result> Connection::execute_atomically(std::span<const Statement>
 absl::StatusOr<Transaction> Transaction::begin(Connection& conn, IsolationLevel level) {
   std::string_view sql = "BEGIN";
   switch (level) {
-    case IsolationLevel::kReadCommitted: break;
-    case IsolationLevel::kRepeatableRead: sql = "BEGIN ISOLATION LEVEL REPEATABLE READ"; break;
-    case IsolationLevel::kSerializable: sql = "BEGIN ISOLATION LEVEL SERIALIZABLE"; break;
+    case IsolationLevel::kReadCommitted:
+      break;
+    case IsolationLevel::kRepeatableRead:
+      sql = "BEGIN ISOLATION LEVEL REPEATABLE READ";
+      break;
+    case IsolationLevel::kSerializable:
+      sql = "BEGIN ISOLATION LEVEL SERIALIZABLE";
+      break;
   }
   if (absl::StatusOr<Result> r = conn.execute(sql); !r.ok()) return r.status();
   return Transaction(conn);

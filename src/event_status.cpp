@@ -2,12 +2,11 @@
 
 #include <fmt/format.h>
 
-#include "src/internal/absl_compat.hpp"
-
 #include <array>
 
 #include "idemledger/connection.hpp"
 #include "idemledger/status.hpp"
+#include "src/internal/absl_compat.hpp"
 #include "src/internal/schema_name.hpp"
 #include "src/internal/sqlstates.hpp"
 
@@ -27,12 +26,12 @@ std::optional<EventStatus> parse_event_status(std::string_view text) {
 }
 
 absl::Status transition_event_status(Connection& conn, std::string_view schema,
-                                     std::string_view event_id, EventStatus from,
-                                     EventStatus to) {
+                                     std::string_view event_id, EventStatus from, EventStatus to) {
   // Checked here too so an invalid edge costs no round trip; the server-side
   // function checks the same table (copied from kValidTransitions by migrate).
   if (!is_valid_transition(from, to)) {
-    return absl::FailedPreconditionError(fmt::format("invalid event status transition {} -> {}", to_string(from), to_string(to)));
+    return absl::FailedPreconditionError(
+        fmt::format("invalid event status transition {} -> {}", to_string(from), to_string(to)));
   }
   if (absl::Status s = internal::validate_identifier("schema", schema); !s.ok()) return s;
   const std::string sql =

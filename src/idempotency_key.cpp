@@ -1,15 +1,13 @@
 #include "idemledger/idempotency_key.hpp"
 
 #include <fmt/format.h>
-
-#include "src/internal/absl_compat.hpp"
-
 #include <openssl/evp.h>
 
 #include <array>
 #include <cstdint>
 #include <memory>
 
+#include "src/internal/absl_compat.hpp"
 
 namespace idemledger {
 namespace {

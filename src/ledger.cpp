@@ -2,14 +2,13 @@
 
 #include <fmt/format.h>
 
-#include "src/internal/absl_compat.hpp"
-
 #include <array>
 
 #include "absl/strings/numbers.h"
 #include "idemledger/connection.hpp"
 #include "idemledger/idempotency_key.hpp"
 #include "idemledger/status.hpp"
+#include "src/internal/absl_compat.hpp"
 #include "src/internal/schema_name.hpp"
 #include "src/internal/sqlstates.hpp"
 #include "src/internal/text.hpp"
@@ -21,7 +20,8 @@ constexpr std::string_view kReorgEventType = "reorg_compensation";
 
 absl::Status validate_event(const PaymentEvent& e) {
   if (e.event_id.empty() || e.event_id.size() > kMaxEventIdLength) {
-    return absl::InvalidArgumentError(fmt::format("event_id must be 1..{} bytes, got {}", kMaxEventIdLength, e.event_id.size()));
+    return absl::InvalidArgumentError(
+        fmt::format("event_id must be 1..{} bytes, got {}", kMaxEventIdLength, e.event_id.size()));
   }
   if (e.event_id.find('\0') != std::string::npos || !internal::is_valid_utf8(e.event_id)) {
     return absl::InvalidArgumentError("event_id must be valid UTF-8 without NUL bytes");
@@ -43,22 +43,27 @@ std::string postgres_milliseconds(absl::Duration d) {
 
 std::string_view to_string(Outcome o) {
   switch (o) {
-    case Outcome::kApplied: return "applied";
-    case Outcome::kAlreadyApplied: return "already_applied";
-    case Outcome::kInsufficientFunds: return "insufficient_funds";
+    case Outcome::kApplied:
+      return "applied";
+    case Outcome::kAlreadyApplied:
+      return "already_applied";
+    case Outcome::kInsufficientFunds:
+      return "insufficient_funds";
   }
   return "unknown";
 }
 
 Ledger::Ledger(LedgerOptions options)
     : options_(std::move(options)),
+      schema_status_(internal::validate_identifier("schema", options_.schema)),
       apply_sql_(internal::with_schema(
           "SELECT {schema}.apply_event($1, $2, $3::bigint, $4::numeric, $5, $6, $7::boolean)",
           options_.schema)),
       // Transaction-scoped (is_local = true) so a pooled or PgBouncer-shared
       // session keeps its own settings; sent in the same batch as the apply.
-      timeouts_sql_("SELECT set_config('lock_timeout', $1, true), "
-                    "set_config('statement_timeout', $2, true)"),
+      timeouts_sql_(
+          "SELECT set_config('lock_timeout', $1, true), "
+          "set_config('statement_timeout', $2, true)"),
       lock_timeout_text_(postgres_milliseconds(options_.lock_timeout)),
       statement_timeout_text_(postgres_milliseconds(options_.statement_timeout)) {}
 
@@ -70,7 +75,8 @@ void Ledger::raise_alert(AlertSeverity severity, std::string_view key,
 
 absl::StatusOr<Outcome> Ledger::process_deposit(Connection& conn, const PaymentEvent& event) const {
   if (!is_credit(event.type)) {
-    return absl::InvalidArgumentError(fmt::format("process_deposit takes deposit or airdrop events, got {}", to_string(event.type)));
+    return absl::InvalidArgumentError(fmt::format(
+        "process_deposit takes deposit or airdrop events, got {}", to_string(event.type)));
   }
   return apply(conn, event);
 }
@@ -78,7 +84,9 @@ absl::StatusOr<Outcome> Ledger::process_deposit(Connection& conn, const PaymentE
 absl::StatusOr<Outcome> Ledger::process_withdrawal(Connection& conn,
                                                    const PaymentEvent& event) const {
   if (event.type != EventType::kWithdrawal && event.type != EventType::kWithdrawalFee) {
-    return absl::InvalidArgumentError(fmt::format("process_withdrawal takes withdrawal or withdrawal_fee events, got {}", to_string(event.type)));
+    return absl::InvalidArgumentError(
+        fmt::format("process_withdrawal takes withdrawal or withdrawal_fee events, got {}",
+                    to_string(event.type)));
   }
   return apply(conn, event);
 }
@@ -98,14 +106,15 @@ absl::StatusOr<Outcome> Ledger::process_compensation(Connection& conn,
   // The funds are gone: nothing was debited. Make it impossible to miss.
   absl::Status dlq = record_dead_letter(conn, event, internal::to_std(outcome.status().message()));
   raise_alert(AlertSeverity::kCritical, fmt::format("reorg_compensation_failed:{}", event.event_id),
-              fmt::format("{}{}", outcome.status().message(), dlq.ok() ? "; recorded in dead_letter_queue"
-                                    : fmt::format("; DLQ write failed: {}", dlq.message())));
+              fmt::format("{}{}", outcome.status().message(),
+                          dlq.ok() ? "; recorded in dead_letter_queue"
+                                   : fmt::format("; DLQ write failed: {}", dlq.message())));
   return outcome;
 }
 
 absl::StatusOr<Outcome> Ledger::apply(Connection& conn, const PaymentEvent& event) const {
   if (absl::Status s = validate_event(event); !s.ok()) return s;
-  if (absl::Status s = internal::validate_identifier("schema", options_.schema); !s.ok()) return s;
+  if (!schema_status_.ok()) return schema_status_;
 
   const std::string_view type = to_string(event.type);
   const std::string user = fmt::format("{}", event.user_id);
@@ -116,8 +125,12 @@ absl::StatusOr<Outcome> Ledger::apply(Connection& conn, const PaymentEvent& even
   const std::array<Param, 2> timeout_params = {Param(lock_timeout_text_),
                                                Param(statement_timeout_text_)};
   const std::array<Param, 7> apply_params = {
-      Param(event.event_id), Param(type),        Param(user),
-      Param(amount),         Param(key),         Param(fingerprint),
+      Param(event.event_id),
+      Param(type),
+      Param(user),
+      Param(amount),
+      Param(key),
+      Param(fingerprint),
       Param(options_.write_notifications ? "true" : "false")};
   const std::array<Statement, 2> batch = {Statement{timeouts_sql_, timeout_params},
                                           Statement{apply_sql_, apply_params}};
@@ -145,11 +158,14 @@ absl::StatusOr<Outcome> Ledger::apply(Connection& conn, const PaymentEvent& even
   if (answer == "already_applied") return Outcome::kAlreadyApplied;
   if (answer == "insufficient_funds") return Outcome::kInsufficientFunds;
   if (answer == "orphan_applied" || answer == "orphan_insufficient_funds") {
-    raise_alert(AlertSeverity::kCritical, fmt::format("orphan_{}:{}", type, event.event_id),
-                fmt::format("orphan {} event {}: idempotency record exists but payment event not found", type, event.event_id));
+    raise_alert(
+        AlertSeverity::kCritical, fmt::format("orphan_{}:{}", type, event.event_id),
+        fmt::format("orphan {} event {}: idempotency record exists but payment event not found",
+                    type, event.event_id));
     return answer == "orphan_applied" ? Outcome::kAlreadyApplied : Outcome::kInsufficientFunds;
   }
-  return absl::InternalError(fmt::format("apply_event answered an unknown outcome: {}", answer.value_or("NULL")));
+  return absl::InternalError(
+      fmt::format("apply_event answered an unknown outcome: {}", answer.value_or("NULL")));
 }
 
 absl::Status Ledger::record_dead_letter(Connection& conn, const PaymentEvent& event,
@@ -157,12 +173,11 @@ absl::Status Ledger::record_dead_letter(Connection& conn, const PaymentEvent& ev
   const std::string user = fmt::format("{}", event.user_id);
   const std::string amount = event.amount.to_string();
   return conn
-      .execute(internal::with_schema(
-                   "INSERT INTO {schema}.dead_letter_queue "
-                   "(event_id, event_type, user_id, amount, error, attempt) "
-                   "SELECT $1, $2, $3::bigint, $4::numeric, $5, 1 + count(*) "
-                   "FROM {schema}.dead_letter_queue WHERE event_id = $1",
-                   options_.schema),
+      .execute(internal::with_schema("INSERT INTO {schema}.dead_letter_queue "
+                                     "(event_id, event_type, user_id, amount, error, attempt) "
+                                     "SELECT $1, $2, $3::bigint, $4::numeric, $5, 1 + count(*) "
+                                     "FROM {schema}.dead_letter_queue WHERE event_id = $1",
+                                     options_.schema),
                {Param(event.event_id), Param(to_string(event.type)), Param(user), Param(amount),
                 Param(error)})
       .status();
@@ -170,6 +185,7 @@ absl::Status Ledger::record_dead_letter(Connection& conn, const PaymentEvent& ev
 
 absl::Status Ledger::open_account(Connection& conn, std::int64_t user_id,
                                   const Amount& initial_balance) const {
+  if (!schema_status_.ok()) return schema_status_;
   if (initial_balance.is_negative()) {
     return absl::InvalidArgumentError("initial_balance must not be negative");
   }
@@ -188,6 +204,7 @@ absl::Status Ledger::open_account(Connection& conn, std::int64_t user_id,
 }
 
 absl::StatusOr<Amount> Ledger::balance(Connection& conn, std::int64_t user_id) const {
+  if (!schema_status_.ok()) return schema_status_;
   const std::string user = fmt::format("{}", user_id);
   absl::StatusOr<Result> r = conn.execute(
       internal::with_schema("SELECT balance::text FROM {schema}.users WHERE id = $1::bigint",
@@ -200,6 +217,7 @@ absl::StatusOr<Amount> Ledger::balance(Connection& conn, std::int64_t user_id) c
 
 absl::StatusOr<std::vector<BalanceMismatch>> Ledger::find_balance_mismatches(
     Connection& conn) const {
+  if (!schema_status_.ok()) return schema_status_;
   absl::StatusOr<Transaction> tx = Transaction::begin(conn, IsolationLevel::kRepeatableRead);
   if (!tx.ok()) return tx.status();
   absl::StatusOr<Result> r = conn.execute(internal::with_schema(
@@ -211,7 +229,8 @@ absl::StatusOr<std::vector<BalanceMismatch>> Ledger::find_balance_mismatches(
   if (!r.ok()) return r.status();
   std::vector<BalanceMismatch> mismatches;
   for (const auto& row : r->rows) {
-    BalanceMismatch m{.user_id = 0, .balance = row[1].value_or(""), .expected = row[2].value_or("")};
+    BalanceMismatch m{
+        .user_id = 0, .balance = row[1].value_or(""), .expected = row[2].value_or("")};
     (void)absl::SimpleAtoi(row[0].value_or(""), &m.user_id);
     mismatches.push_back(std::move(m));
   }

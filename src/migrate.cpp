@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include "src/internal/absl_compat.hpp"
-
 #include <array>
 #include <string>
 #include <vector>
@@ -11,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "idemledger/connection.hpp"
 #include "idemledger/event_status.hpp"
+#include "src/internal/absl_compat.hpp"
 #include "src/internal/schema_name.hpp"
 
 namespace idemledger {
@@ -37,7 +36,8 @@ constexpr std::string_view kLockSql = "SELECT pg_advisory_xact_lock(1768189292, 
 
 absl::Status check(const absl::StatusOr<Result>& r, std::string_view what) {
   if (r.ok()) return absl::OkStatus();
-  return absl::Status(r.status().code(), fmt::format("migrate: {}: {}", what, r.status().message()));
+  return absl::Status(r.status().code(),
+                      fmt::format("migrate: {}: {}", what, r.status().message()));
 }
 
 // Keeps the database's copy of the FSM equal to kValidTransitions, on every run.
@@ -49,8 +49,9 @@ absl::Status sync_transitions(Connection& conn, std::string_view schema) {
   }
   from += "}";
   to += "}";
-  if (absl::Status s = check(conn.execute(internal::with_schema("DELETE FROM {schema}.event_transitions", schema)),
-                             "clear event_transitions");
+  if (absl::Status s = check(
+          conn.execute(internal::with_schema("DELETE FROM {schema}.event_transitions", schema)),
+          "clear event_transitions");
       !s.ok()) {
     return s;
   }
@@ -72,8 +73,8 @@ absl::StatusOr<int> current_schema_version(Connection& conn, std::string_view sc
       "SELECT to_regclass($1) IS NOT NULL", {Param(fmt::format("{}.schema_migrations", schema))});
   if (!exists.ok()) return exists.status();
   if (exists->at(0, 0) != "t") return 0;
-  absl::StatusOr<Result> r = conn.execute(
-      internal::with_schema("SELECT coalesce(max(version), 0) FROM {schema}.schema_migrations", schema));
+  absl::StatusOr<Result> r = conn.execute(internal::with_schema(
+      "SELECT coalesce(max(version), 0) FROM {schema}.schema_migrations", schema));
   if (!r.ok()) return r.status();
   int version = 0;
   if (!absl::SimpleAtoi(*r->at(0, 0), &version)) return absl::InternalError("bad schema version");
@@ -89,9 +90,11 @@ absl::Status migrate(Connection& conn, std::string_view schema) {
   }
   for (std::string_view ddl :
        {std::string_view("CREATE SCHEMA IF NOT EXISTS {schema}"),
-        std::string_view("CREATE TABLE IF NOT EXISTS {schema}.schema_migrations ("
-                         "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())")}) {
-    if (absl::Status s = check(conn.execute(internal::with_schema(ddl, schema)), "bootstrap"); !s.ok()) {
+        std::string_view(
+            "CREATE TABLE IF NOT EXISTS {schema}.schema_migrations ("
+            "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())")}) {
+    if (absl::Status s = check(conn.execute(internal::with_schema(ddl, schema)), "bootstrap");
+        !s.ok()) {
       return s;
     }
   }
@@ -99,7 +102,8 @@ absl::Status migrate(Connection& conn, std::string_view schema) {
   if (!current.ok()) return current.status();
   if (*current > latest_schema_version()) {
     return absl::FailedPreconditionError(
-        fmt::format("migrate: schema {} is at version {}, newer than this library's {}", schema, *current, latest_schema_version()));
+        fmt::format("migrate: schema {} is at version {}, newer than this library's {}", schema,
+                    *current, latest_schema_version()));
   }
   for (const Migration& m : migrations()) {
     if (m.version <= *current) continue;
@@ -111,10 +115,12 @@ absl::Status migrate(Connection& conn, std::string_view schema) {
       }
     }
     const std::string version = fmt::format("{}", m.version);
-    if (absl::Status s = check(conn.execute(internal::with_schema(
-                                   "INSERT INTO {schema}.schema_migrations (version) VALUES ($1)", schema),
-                               {Param(version)}),
-                               "record version");
+    if (absl::Status s =
+            check(conn.execute(
+                      internal::with_schema(
+                          "INSERT INTO {schema}.schema_migrations (version) VALUES ($1)", schema),
+                      {Param(version)}),
+                  "record version");
         !s.ok()) {
       return s;
     }

@@ -147,6 +147,7 @@ class Ledger {
                                   std::string_view error) const;
 
   LedgerOptions options_;
+  absl::Status schema_status_;  // every operation answers this if the schema name is unsafe
   std::string apply_sql_;
   std::string timeouts_sql_;
   std::string lock_timeout_text_;

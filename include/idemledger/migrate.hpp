@@ -28,7 +28,7 @@ inline constexpr std::string_view kDefaultSchema = "idemledger";
 
 // The version recorded in `schema` (0 if never migrated).
 [[nodiscard]] absl::StatusOr<int> current_schema_version(Connection& conn,
-                                                        std::string_view schema = kDefaultSchema);
+                                                         std::string_view schema = kDefaultSchema);
 
 }  // namespace idemledger
 

@@ -3,9 +3,9 @@
 #ifndef IDEMLEDGER_SRC_INTERNAL_ABSL_COMPAT_HPP
 #define IDEMLEDGER_SRC_INTERNAL_ABSL_COMPAT_HPP
 
-#include <string_view>
-
 #include <fmt/format.h>
+
+#include <string_view>
 
 #include "absl/strings/string_view.h"
 

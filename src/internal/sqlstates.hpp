@@ -9,16 +9,17 @@
 
 namespace idemledger::internal {
 
-inline constexpr std::string_view kConflictingReplay = "IL001";     // kAlreadyExists
-inline constexpr std::string_view kUnknownUser = "IL002";           // kNotFound
+inline constexpr std::string_view kConflictingReplay = "IL001";           // kAlreadyExists
+inline constexpr std::string_view kUnknownUser = "IL002";                 // kNotFound
 inline constexpr std::string_view kCompensationExceedsBalance = "IL003";  // kFailedPrecondition
-inline constexpr std::string_view kGuardWithoutRecord = "IL004";    // duplicate caught by balance_events
-inline constexpr std::string_view kInvalidTransition = "IL010";     // kFailedPrecondition
-inline constexpr std::string_view kEventNotFound = "IL011";         // kNotFound
-inline constexpr std::string_view kEventTerminal = "IL012";         // kFailedPrecondition
-inline constexpr std::string_view kConcurrentChange = "IL013";      // kAborted (retry)
-inline constexpr std::string_view kInconsistentRecord = "IL014";    // kInternal (alert)
-inline constexpr std::string_view kRecordInFlight = "IL020";        // kAborted (retry)
+inline constexpr std::string_view kGuardWithoutRecord =
+    "IL004";  // duplicate caught by balance_events
+inline constexpr std::string_view kInvalidTransition = "IL010";   // kFailedPrecondition
+inline constexpr std::string_view kEventNotFound = "IL011";       // kNotFound
+inline constexpr std::string_view kEventTerminal = "IL012";       // kFailedPrecondition
+inline constexpr std::string_view kConcurrentChange = "IL013";    // kAborted (retry)
+inline constexpr std::string_view kInconsistentRecord = "IL014";  // kInternal (alert)
+inline constexpr std::string_view kRecordInFlight = "IL020";      // kAborted (retry)
 
 // Translates a failed ledger statement into the status a caller acts on. Our
 // own SQLSTATEs get their codes; 23505 (a concurrent writer created the same

@@ -1,7 +1,6 @@
 #include "idemledger/pg/connection.hpp"
 
 #include <fmt/format.h>
-
 #include <libpq-fe.h>
 #include <poll.h>
 
@@ -81,11 +80,12 @@ struct Connection::Impl {
     const char* state = result != nullptr ? PQresultErrorField(result, PG_DIAG_SQLSTATE) : nullptr;
     // The primary message names the rule; the severity prefix and PL/pgSQL
     // context lines would only bury it.
-    std::string message = trimmed(result != nullptr ? PQresultErrorField(result, PG_DIAG_MESSAGE_PRIMARY) : nullptr);
+    std::string message =
+        trimmed(result != nullptr ? PQresultErrorField(result, PG_DIAG_MESSAGE_PRIMARY) : nullptr);
     if (message.empty()) message = trimmed(PQerrorMessage(conn.get()));
     if (state == nullptr && connection_bad()) state = kConnectionFailure;
-    absl::Status status = state != nullptr ? status_from_sqlstate(state, message)
-                                           : absl::InternalError(message);
+    absl::Status status =
+        state != nullptr ? status_from_sqlstate(state, message) : absl::InternalError(message);
     if (connection_bad()) {
       broken = true;
       mark_connection_broken(status);
@@ -112,7 +112,8 @@ struct Connection::Impl {
         if (PQgetisnull(r, i, j)) {
           row.emplace_back(std::nullopt);
         } else {
-          row.emplace_back(std::string(PQgetvalue(r, i, j), static_cast<std::size_t>(PQgetlength(r, i, j))));
+          row.emplace_back(
+              std::string(PQgetvalue(r, i, j), static_cast<std::size_t>(PQgetlength(r, i, j))));
         }
       }
     }
@@ -146,10 +147,12 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::open(std::string_view ds
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->conn.reset(PQconnectdb(conninfo.c_str()));
-  if (impl->conn == nullptr) return absl::ResourceExhaustedError("libpq could not allocate a connection");
+  if (impl->conn == nullptr)
+    return absl::ResourceExhaustedError("libpq could not allocate a connection");
   // Server NOTICEs ("schema ... does not exist, skipping") are not the host's
   // business; libpq would print them on stderr.
-  PQsetNoticeProcessor(impl->conn.get(), [](void*, const char*) {}, nullptr);
+  PQsetNoticeProcessor(
+      impl->conn.get(), [](void*, const char*) {}, nullptr);
   if (PQstatus(impl->conn.get()) != CONNECTION_OK) {
     absl::Status s = absl::UnavailableError(
         fmt::format("cannot connect to PostgreSQL: {}", trimmed(PQerrorMessage(impl->conn.get()))));
@@ -171,11 +174,13 @@ absl::StatusOr<Result> Connection::execute(std::string_view sql, std::span<const
     const std::string* name = impl_->prepared_name(sql);
     if (name == nullptr) {
       std::string new_name = impl_->next_name();
-      ResultPtr prepared(PQprepare(c, new_name.c_str(), std::string(sql).c_str(), bound.count(), nullptr));
+      ResultPtr prepared(
+          PQprepare(c, new_name.c_str(), std::string(sql).c_str(), bound.count(), nullptr));
       if (PQresultStatus(prepared.get()) != PGRES_COMMAND_OK) return impl_->error(prepared.get());
       name = &impl_->prepared.emplace(std::string(sql), std::move(new_name)).first->second;
     }
-    result.reset(PQexecPrepared(c, name->c_str(), bound.count(), bound.values(), nullptr, nullptr, 0));
+    result.reset(
+        PQexecPrepared(c, name->c_str(), bound.count(), bound.values(), nullptr, nullptr, 0));
   }
   return impl_->to_result(result.get());
 }
@@ -189,32 +194,30 @@ absl::StatusOr<Result> Connection::execute_atomically(std::span<const Statement>
   // the batch as one implicit transaction and commits it at the Sync.
   struct Pending {
     bool is_prepare;
-    std::string sql;   // for prepares: cache it once the Parse succeeded
+    std::string sql;  // for prepares: cache it once the Parse succeeded
     std::string name;
   };
   std::vector<Pending> pending;
   pending.reserve(statements.size() * 2);
-  std::vector<std::string> new_names;  // Parse sent in this batch, keyed by SQL
   bool sent = true;
   for (const Statement& s : statements) {
     const BoundParams bound(s.params);
-    const std::string sql(s.sql);
     if (!impl_->options.prepared_statements) {
-      sent = sent && PQsendQueryParams(c, sql.c_str(), bound.count(), nullptr, bound.values(), nullptr,
-                                       nullptr, 0) == 1;
+      sent = sent && PQsendQueryParams(c, std::string(s.sql).c_str(), bound.count(), nullptr,
+                                       bound.values(), nullptr, nullptr, 0) == 1;
       pending.push_back({false, {}, {}});
       continue;
     }
-    const std::string* existing = impl_->prepared_name(sql);
-    std::string name;
-    if (existing != nullptr) {
-      name = *existing;
-    } else {
-      name = fmt::format("{}_{}", impl_->next_name(), pending.size());
-      sent = sent && PQsendPrepare(c, name.c_str(), sql.c_str(), bound.count(), nullptr) == 1;
-      pending.push_back({true, sql, name});
+    // Steady state: the statement is prepared, and nothing is copied.
+    const std::string* name = impl_->prepared_name(s.sql);
+    if (name == nullptr) {
+      Pending& parse = pending.emplace_back(Pending{
+          true, std::string(s.sql), fmt::format("{}_{}", impl_->next_name(), pending.size())});
+      sent = sent &&
+             PQsendPrepare(c, parse.name.c_str(), parse.sql.c_str(), bound.count(), nullptr) == 1;
+      name = &parse.name;
     }
-    sent = sent && PQsendQueryPrepared(c, name.c_str(), bound.count(), bound.values(), nullptr,
+    sent = sent && PQsendQueryPrepared(c, name->c_str(), bound.count(), bound.values(), nullptr,
                                        nullptr, 0) == 1;
     pending.push_back({false, {}, {}});
   }
@@ -239,8 +242,10 @@ absl::StatusOr<Result> Connection::execute_atomically(std::span<const Statement>
     const ExecStatusType status = PQresultStatus(r.get());
     if (status == PGRES_PIPELINE_ABORTED) continue;
     if (p.is_prepare) {
-      if (status == PGRES_COMMAND_OK) impl_->prepared.emplace(p.sql, p.name);
-      else first_error.Update(impl_->error(r.get()));
+      if (status == PGRES_COMMAND_OK)
+        impl_->prepared.emplace(p.sql, p.name);
+      else
+        first_error.Update(impl_->error(r.get()));
       continue;
     }
     last = impl_->to_result(r.get());
@@ -261,7 +266,8 @@ absl::StatusOr<Result> Connection::execute_atomically(std::span<const Statement>
   // The session died before the Sync's answer: the commit may or may not have
   // happened. Say so; never guess.
   absl::Status s = absl::UnavailableError(
-      fmt::format("commit in doubt: connection lost before the outcome arrived: {}", trimmed(PQerrorMessage(c))));
+      fmt::format("commit in doubt: connection lost before the outcome arrived: {}",
+                  trimmed(PQerrorMessage(c))));
   s.SetPayload(internal::to_absl(kSqlStatePayload), absl::Cord(kConnectionFailure));
   mark_connection_broken(s);
   mark_commit_in_doubt(s);

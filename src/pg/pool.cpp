@@ -1,14 +1,12 @@
 #include "idemledger/pg/pool.hpp"
 
 #include <fmt/format.h>
-
-#include "src/internal/absl_compat.hpp"
-
 #include <unistd.h>
 
 #include <algorithm>
 
 #include "absl/time/clock.h"
+#include "src/internal/absl_compat.hpp"
 
 namespace idemledger::pg {
 namespace {
@@ -73,7 +71,9 @@ absl::StatusOr<PooledConnection> Pool::acquire() {
       absl::MutexLock lock(&mu_);
       abandon_if_forked();
       if (!mu_.AwaitWithDeadline(absl::Condition(this, &Pool::can_hand_out), deadline)) {
-        return absl::UnavailableError(fmt::format("connection pool exhausted: all {} connections in use for {}", options_.max_size, absl::FormatDuration(options_.acquire_timeout)));
+        return absl::UnavailableError(
+            fmt::format("connection pool exhausted: all {} connections in use for {}",
+                        options_.max_size, absl::FormatDuration(options_.acquire_timeout)));
       }
       if (!idle_.empty()) {
         candidate = std::move(idle_.back());
@@ -97,7 +97,9 @@ absl::StatusOr<PooledConnection> Pool::acquire() {
       if (opened.status().code() == absl::StatusCode::kInvalidArgument) return opened.status();
       last_connect_error = opened.status();
       if (absl::Now() + kReconnectPause >= deadline) {
-        return absl::UnavailableError(fmt::format("connection pool: no connection within {}: {}", absl::FormatDuration(options_.acquire_timeout), last_connect_error.message()));
+        return absl::UnavailableError(fmt::format("connection pool: no connection within {}: {}",
+                                                  absl::FormatDuration(options_.acquire_timeout),
+                                                  last_connect_error.message()));
       }
       absl::SleepFor(kReconnectPause);
       continue;

@@ -23,16 +23,19 @@ int exit_code_for(const absl::StatusOr<Outcome>& r) {
     return kError;
   }
   switch (*r) {
-    case Outcome::kApplied: return kApplied;
-    case Outcome::kAlreadyApplied: return kAlreadyApplied;
-    case Outcome::kInsufficientFunds: return kInsufficient;
+    case Outcome::kApplied:
+      return kApplied;
+    case Outcome::kAlreadyApplied:
+      return kAlreadyApplied;
+    case Outcome::kInsufficientFunds:
+      return kInsufficient;
   }
   return kError;
 }
 
 // NOWAIT contention makes losers retry; give them room.
-const RetryPolicy kPatient{.max_attempts = 200, .base_delay = absl::Milliseconds(1),
-                           .max_delay = absl::Milliseconds(50)};
+const RetryPolicy kPatient{
+    .max_attempts = 200, .base_delay = absl::Milliseconds(1), .max_delay = absl::Milliseconds(50)};
 
 using Concurrency = LedgerTest;
 
@@ -53,7 +56,8 @@ TEST_F(Concurrency, TenProcessesOneEvent_CreditOnce) {
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events"), 1);
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.processed_events WHERE outcome = 'success'"), 1);
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.processed_events"), 1);
-  EXPECT_EQ(scalar("SELECT status FROM {schema}.payment_events WHERE event_id = 'evt_dup'"), "confirmed");
+  EXPECT_EQ(scalar("SELECT status FROM {schema}.payment_events WHERE event_id = 'evt_dup'"),
+            "confirmed");
   expect_reconciled();
 }
 
@@ -71,7 +75,9 @@ TEST_F(Concurrency, TenProcessesWithdrawThirtyFromHundred_ExactlyThreeSucceed) {
   EXPECT_EQ(balance(1), "10");
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events"), 3);
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE status = 'failed'"), 7);
-  EXPECT_EQ(count("SELECT count(*) FROM {schema}.processed_events WHERE outcome = 'insufficient_funds'"), 7);
+  EXPECT_EQ(
+      count("SELECT count(*) FROM {schema}.processed_events WHERE outcome = 'insufficient_funds'"),
+      7);
   expect_reconciled();
 }
 
@@ -88,7 +94,8 @@ TEST_F(Concurrency, EightProcessesRandomEventsWithDuplicates_InvariantsHold) {
   for (int id = 0; total < kProcesses * kDeliveriesEach; ++id) {
     const bool credit = rng() % 2 == 0;
     const std::string amount = std::to_string(1 + rng() % 300) + "." + std::to_string(rng() % 100);
-    events.push_back(event("r_" + std::to_string(id), credit ? EventType::kDeposit : EventType::kWithdrawal,
+    events.push_back(event("r_" + std::to_string(id),
+                           credit ? EventType::kDeposit : EventType::kWithdrawal,
                            1 + static_cast<std::int64_t>(rng() % kUsers), amount));
     const int copies = 1 + static_cast<int>(rng() % 3);
     for (int k = 0; k < copies && total < kProcesses * kDeliveriesEach; ++k, ++total) {
@@ -137,7 +144,8 @@ TEST_F(Concurrency, EightProcessesRandomEventsWithDuplicates_InvariantsHold) {
   }
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events"), applied);
   EXPECT_EQ(count("SELECT count(DISTINCT source_event_id) FROM {schema}.balance_events"), applied);
-  EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE status = 'confirmed'"), applied);
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE status = 'confirmed'"),
+            applied);
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE status = 'failed'"), refused);
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.processed_events"), applied + refused);
   expect_reconciled();

@@ -1,5 +1,4 @@
 #include "idemledger/event_status.hpp"
-
 #include "idemledger/status.hpp"
 #include "tests/integration/test_db.hpp"
 
@@ -15,7 +14,9 @@ class Transition : public LedgerTest {
     open_account(1, "0");
     record_event(event("e1", EventType::kDeposit, 1, "1"), "pending", 2);
   }
-  std::string status() { return scalar("SELECT status FROM {schema}.payment_events WHERE event_id = 'e1'"); }
+  std::string status() {
+    return scalar("SELECT status FROM {schema}.payment_events WHERE event_id = 'e1'");
+  }
 };
 
 TEST_F(Transition, ValidEdgeMovesTheEvent) {
@@ -23,7 +24,8 @@ TEST_F(Transition, ValidEdgeMovesTheEvent) {
   EXPECT_EQ(status(), "enqueued");
   ASSERT_TRUE(transition_event_status(*conn_, schema_, "e1", S::kEnqueued, S::kConfirmed).ok());
   EXPECT_EQ(status(), "confirmed");
-  EXPECT_EQ(scalar("SELECT retry_count FROM {schema}.payment_events"), "0") << "success resets retries";
+  EXPECT_EQ(scalar("SELECT retry_count FROM {schema}.payment_events"), "0")
+      << "success resets retries";
 }
 
 TEST_F(Transition, AlreadyAtTargetIsOk) {

@@ -9,16 +9,11 @@
 namespace idemledger::testing {
 namespace {
 
-// Forwards to a real connection; the first execute_atomically() commits for
-// real and then reports the connection lost, as if the server's answer to the
-// commit never arrived.
-class LosesFirstCommitAck final : public Connection {
+// The first execute_atomically() commits for real and then reports the
+// connection lost, as if the server's answer to the commit never arrived.
+class LosesFirstCommitAck final : public ForwardingConnection {
  public:
-  explicit LosesFirstCommitAck(Connection& real) : real_(real) {}
-  using Connection::execute;
-  absl::StatusOr<Result> execute(std::string_view sql, std::span<const Param> params) override {
-    return real_.execute(sql, params);
-  }
+  using ForwardingConnection::ForwardingConnection;
   absl::StatusOr<Result> execute_atomically(std::span<const Statement> statements) override {
     absl::StatusOr<Result> r = real_.execute_atomically(statements);
     if (lost_ || !r.ok()) return r;
@@ -27,10 +22,8 @@ class LosesFirstCommitAck final : public Connection {
     mark_commit_in_doubt(s);
     return s;
   }
-  bool in_transaction() const override { return real_.in_transaction(); }
 
  private:
-  Connection& real_;
   bool lost_ = false;
 };
 
@@ -58,12 +51,12 @@ TEST_F(Fault, InDoubtCommit_RetryAnswersAlreadyAppliedAndCreditsOnce) {
 
 TEST_F(Fault, LockedUser_WithdrawalAnswersRetryableImmediately) {
   open_account(1, "100");
-  std::unique_ptr<pg::Connection> holder = connect();
-  ASSERT_TRUE(holder->execute("BEGIN").ok());
-  ASSERT_TRUE(holder->execute("SELECT 1 FROM " + schema_ + ".users WHERE id = 1 FOR UPDATE").ok());
+  std::unique_ptr<pg::Connection> holder =
+      hold_locks("SELECT 1 FROM {schema}.users WHERE id = 1 FOR UPDATE");
 
   const absl::Time start = absl::Now();
-  absl::StatusOr<Outcome> r = ledger_->process_withdrawal(*conn_, event("w_1", EventType::kWithdrawal, 1, "10"));
+  absl::StatusOr<Outcome> r =
+      ledger_->process_withdrawal(*conn_, event("w_1", EventType::kWithdrawal, 1, "10"));
   EXPECT_LT(absl::Now() - start, absl::Seconds(1)) << "NOWAIT must not wait for lock_timeout";
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(sqlstate(r.status()), "55P03");
@@ -71,18 +64,19 @@ TEST_F(Fault, LockedUser_WithdrawalAnswersRetryableImmediately) {
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.processed_events"), 0) << "rolled back whole";
 
   ASSERT_TRUE(holder->execute("ROLLBACK").ok());
-  EXPECT_EQ(*ledger_->process_withdrawal(*conn_, event("w_1", EventType::kWithdrawal, 1, "10")), Outcome::kApplied);
+  EXPECT_EQ(*ledger_->process_withdrawal(*conn_, event("w_1", EventType::kWithdrawal, 1, "10")),
+            Outcome::kApplied);
   EXPECT_EQ(balance(1), "90");
 }
 
 TEST_F(Fault, LockedUser_DepositWaitsAtMostLockTimeout) {
   ledger_ = std::make_unique<Ledger>(options({.lock_timeout = absl::Milliseconds(200)}));
   open_account(1, "0");
-  std::unique_ptr<pg::Connection> holder = connect();
-  ASSERT_TRUE(holder->execute("BEGIN").ok());
-  ASSERT_TRUE(holder->execute("UPDATE " + schema_ + ".users SET balance = balance WHERE id = 1").ok());
+  std::unique_ptr<pg::Connection> holder =
+      hold_locks("UPDATE {schema}.users SET balance = balance WHERE id = 1");
   const absl::Time start = absl::Now();
-  absl::StatusOr<Outcome> r = ledger_->process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "1"));
+  absl::StatusOr<Outcome> r =
+      ledger_->process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "1"));
   const absl::Duration waited = absl::Now() - start;
   EXPECT_GE(waited, absl::Milliseconds(150));
   EXPECT_LT(waited, absl::Seconds(2));
@@ -98,10 +92,10 @@ TEST_F(Fault, StatementTimeoutInTheBatchIsEnforced) {
   ledger_ = std::make_unique<Ledger>(
       options({.lock_timeout = absl::Seconds(30), .statement_timeout = absl::Milliseconds(300)}));
   open_account(1, "0");
-  std::unique_ptr<pg::Connection> holder = connect();
-  ASSERT_TRUE(holder->execute("BEGIN").ok());
-  ASSERT_TRUE(holder->execute("UPDATE " + schema_ + ".users SET balance = balance WHERE id = 1").ok());
-  absl::StatusOr<Outcome> r = ledger_->process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "1"));
+  std::unique_ptr<pg::Connection> holder =
+      hold_locks("UPDATE {schema}.users SET balance = balance WHERE id = 1");
+  absl::StatusOr<Outcome> r =
+      ledger_->process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "1"));
   EXPECT_EQ(sqlstate(r.status()), "57014");
   EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded);
   ASSERT_TRUE(holder->execute("ROLLBACK").ok());
@@ -109,7 +103,8 @@ TEST_F(Fault, StatementTimeoutInTheBatchIsEnforced) {
 
 TEST_F(Fault, TimeoutsAreTransactionScoped) {
   open_account(1, "0");
-  ASSERT_EQ(*ledger_->process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "1")), Outcome::kApplied);
+  ASSERT_EQ(*ledger_->process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "1")),
+            Outcome::kApplied);
   // A PgBouncer-shared session must not keep our settings after the transaction.
   EXPECT_EQ(scalar("SHOW lock_timeout"), "0");
   EXPECT_EQ(scalar("SHOW statement_timeout"), "0");
@@ -121,24 +116,28 @@ TEST_F(Fault, SessionKilledByServer_IsRetryableAndMarkedBroken) {
   const std::string pid = std::to_string(victim->backend_pid());
   ASSERT_EQ(scalar("SELECT pg_terminate_backend(" + pid + ")"), "t");
   absl::SleepFor(absl::Milliseconds(100));
-  absl::StatusOr<Outcome> r = ledger_->process_deposit(*victim, event("d_1", EventType::kDeposit, 1, "1"));
+  absl::StatusOr<Outcome> r =
+      ledger_->process_deposit(*victim, event("d_1", EventType::kDeposit, 1, "1"));
   ASSERT_FALSE(r.ok());
   EXPECT_TRUE(is_retryable(r.status())) << r.status();
   EXPECT_TRUE(connection_broken(r.status())) << r.status();
   EXPECT_TRUE(victim->is_broken());
   // A new session applies it exactly once.
-  EXPECT_EQ(*ledger_->process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "1")), Outcome::kApplied);
+  EXPECT_EQ(*ledger_->process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "1")),
+            Outcome::kApplied);
   EXPECT_EQ(balance(1), "1");
 }
 
 TEST_F(Fault, HostTransaction_DepositJoinsItAndRollsBackWithIt) {
   open_account(1, "0");
   ASSERT_TRUE(conn_->execute("BEGIN").ok());
-  EXPECT_EQ(*ledger_->process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "3")), Outcome::kApplied);
+  EXPECT_EQ(*ledger_->process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "3")),
+            Outcome::kApplied);
   ASSERT_TRUE(conn_->execute("ROLLBACK").ok());
   EXPECT_EQ(balance(1), "0");
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.processed_events"), 0);
-  EXPECT_EQ(*ledger_->process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "3")), Outcome::kApplied);
+  EXPECT_EQ(*ledger_->process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "3")),
+            Outcome::kApplied);
   EXPECT_EQ(balance(1), "3");
 }
 

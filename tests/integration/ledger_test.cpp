@@ -24,7 +24,8 @@ class Ledger_ : public LedgerTest {
                   idempotency_key(e.event_id, to_string(e.type)) + "'");
   }
   long ledger_rows(const std::string& event_id) {
-    return count("SELECT count(*) FROM {schema}.balance_events WHERE source_event_id = '" + event_id + "'");
+    return count("SELECT count(*) FROM {schema}.balance_events WHERE source_event_id = '" +
+                 event_id + "'");
   }
   void expect_nothing_written() {
     EXPECT_EQ(count("SELECT count(*) FROM {schema}.processed_events"), 0);
@@ -88,7 +89,8 @@ TEST_F(Ledger_, Deposit_ConflictingReplay_RefusedAlertedAndNothingChanges) {
 }
 
 TEST_F(Ledger_, Deposit_UnknownUser_NotFoundAndNothingWritten) {
-  absl::StatusOr<Outcome> r = ledger_->process_deposit(*conn_, event("evt_1", EventType::kDeposit, 42, "1"));
+  absl::StatusOr<Outcome> r =
+      ledger_->process_deposit(*conn_, event("evt_1", EventType::kDeposit, 42, "1"));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("user 42 not found"));
@@ -119,7 +121,8 @@ TEST_F(Ledger_, Deposit_RecordedPending_GoesThroughEnqueuedToConfirmed) {
 TEST_F(Ledger_, Deposit_RecordedWithOtherContent_IsAConflict) {
   open_account(1, "0");
   record_event(event("evt_1", EventType::kDeposit, 1, "1"), "enqueued");
-  absl::StatusOr<Outcome> r = ledger_->process_deposit(*conn_, event("evt_1", EventType::kDeposit, 1, "2"));
+  absl::StatusOr<Outcome> r =
+      ledger_->process_deposit(*conn_, event("evt_1", EventType::kDeposit, 1, "2"));
   EXPECT_EQ(r.status().code(), absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(balance(1), "0");
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.processed_events"), 0);
@@ -140,11 +143,13 @@ TEST_F(Ledger_, Withdrawal_Success_Debits) {
   open_account(1, "100");
   const PaymentEvent e = event("w_1", EventType::kWithdrawal, 1, "30");
   EXPECT_EQ(*ledger_->process_withdrawal(*conn_, e), Outcome::kApplied);
-  EXPECT_EQ(*ledger_->process_withdrawal(*conn_, event("fee_1", EventType::kWithdrawalFee, 1, "0.5")),
-            Outcome::kApplied);
+  EXPECT_EQ(
+      *ledger_->process_withdrawal(*conn_, event("fee_1", EventType::kWithdrawalFee, 1, "0.5")),
+      Outcome::kApplied);
   EXPECT_EQ(balance(1), "69.5");
-  EXPECT_EQ(scalar("SELECT amount::text FROM {schema}.balance_events WHERE source_event_id = 'w_1'"),
-            "-30.000000000000000000");
+  EXPECT_EQ(
+      scalar("SELECT amount::text FROM {schema}.balance_events WHERE source_event_id = 'w_1'"),
+      "-30.000000000000000000");
   EXPECT_EQ(outcome_of(e), "success");
   EXPECT_EQ(status_of("w_1"), "confirmed");
   EXPECT_EQ(*ledger_->process_withdrawal(*conn_, e), Outcome::kAlreadyApplied);
@@ -167,7 +172,8 @@ TEST_F(Ledger_, Withdrawal_ReplayOfInsufficientFunds_NeverDebitsEvenAfterFundsAr
   open_account(1, "10");
   const PaymentEvent e = event("w_1", EventType::kWithdrawal, 1, "20");
   EXPECT_EQ(*ledger_->process_withdrawal(*conn_, e), Outcome::kInsufficientFunds);
-  EXPECT_EQ(*ledger_->process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "100")), Outcome::kApplied);
+  EXPECT_EQ(*ledger_->process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "100")),
+            Outcome::kApplied);
   EXPECT_EQ(*ledger_->process_withdrawal(*conn_, e), Outcome::kInsufficientFunds);
   EXPECT_EQ(balance(1), "110");
   EXPECT_EQ(ledger_rows("w_1"), 0);
@@ -198,17 +204,22 @@ TEST_F(Ledger_, Replay_SyncsStatusFromRecordedOutcome) {
       {"a", EventType::kDeposit, "enqueued", "success", Outcome::kAlreadyApplied, "confirmed"},
       {"b", EventType::kDeposit, "processing", "success", Outcome::kAlreadyApplied, "confirmed"},
       {"c", EventType::kDeposit, "pending", "success", Outcome::kAlreadyApplied, "confirmed"},
-      {"d", EventType::kWithdrawal, "enqueued", "insufficient_funds", Outcome::kInsufficientFunds, "failed"},
-      {"e", EventType::kWithdrawal, "processing", "insufficient_funds", Outcome::kInsufficientFunds, "failed"},
+      {"d", EventType::kWithdrawal, "enqueued", "insufficient_funds", Outcome::kInsufficientFunds,
+       "failed"},
+      {"e", EventType::kWithdrawal, "processing", "insufficient_funds", Outcome::kInsufficientFunds,
+       "failed"},
   };
   for (const Case& c : cases) {
     const PaymentEvent e = event(c.id, c.type, 1, "5");
     record_event(e, c.status_before);
-    ASSERT_TRUE(conn_->execute(absl::StrReplaceAll("INSERT INTO {schema}.processed_events VALUES ($1, $2, $3)",
-                                                   {{"{schema}", schema_}}),
-                               {Param(idempotency_key(e.event_id, to_string(e.type))),
-                                Param(payload_fingerprint(1, e.amount, to_string(e.type))), Param(c.outcome)})
-                    .ok());
+    ASSERT_TRUE(
+        conn_
+            ->execute(
+                absl::StrReplaceAll("INSERT INTO {schema}.processed_events VALUES ($1, $2, $3)",
+                                    {{"{schema}", schema_}}),
+                {Param(idempotency_key(e.event_id, to_string(e.type))),
+                 Param(payload_fingerprint(1, e.amount, to_string(e.type))), Param(c.outcome)})
+            .ok());
     absl::StatusOr<Outcome> r = is_credit(c.type) ? ledger_->process_deposit(*conn_, e)
                                                   : ledger_->process_withdrawal(*conn_, e);
     ASSERT_TRUE(r.ok()) << c.id << ": " << r.status();
@@ -256,32 +267,43 @@ TEST_F(Ledger_, Replay_WithOnlyBalanceEventsLeft_TheLastGuardHolds) {
 
 TEST_F(Ledger_, Compensation_WithFunds_ReversesOnceUnderItsOwnKey) {
   open_account(1, "0");
-  ASSERT_EQ(*ledger_->process_deposit(*conn_, event("0xabc", EventType::kDeposit, 1, "50")), Outcome::kApplied);
-  EXPECT_EQ(*ledger_->process_compensation(*conn_, "0xabc", 1, *Amount::parse("50")), Outcome::kApplied);
-  EXPECT_EQ(*ledger_->process_compensation(*conn_, "0xabc", 1, *Amount::parse("50")), Outcome::kAlreadyApplied);
+  ASSERT_EQ(*ledger_->process_deposit(*conn_, event("0xabc", EventType::kDeposit, 1, "50")),
+            Outcome::kApplied);
+  EXPECT_EQ(*ledger_->process_compensation(*conn_, "0xabc", 1, *Amount::parse("50")),
+            Outcome::kApplied);
+  EXPECT_EQ(*ledger_->process_compensation(*conn_, "0xabc", 1, *Amount::parse("50")),
+            Outcome::kAlreadyApplied);
   EXPECT_EQ(balance(1), "0");
-  EXPECT_EQ(scalar("SELECT amount::text FROM {schema}.balance_events WHERE source_event_id = 'reorg:0xabc' "
-                   "AND event_type = 'reorg_compensation'"),
-            "-50.000000000000000000");
+  EXPECT_EQ(
+      scalar(
+          "SELECT amount::text FROM {schema}.balance_events WHERE source_event_id = 'reorg:0xabc' "
+          "AND event_type = 'reorg_compensation'"),
+      "-50.000000000000000000");
   EXPECT_EQ(status_of("reorg:0xabc"), "confirmed");
   expect_reconciled();
 }
 
 TEST_F(Ledger_, Compensation_WithoutFunds_FailsLoudlyNeverNegative) {
   open_account(1, "0");
-  ASSERT_EQ(*ledger_->process_deposit(*conn_, event("0xabc", EventType::kDeposit, 1, "50")), Outcome::kApplied);
-  ASSERT_EQ(*ledger_->process_withdrawal(*conn_, event("w_1", EventType::kWithdrawal, 1, "40")), Outcome::kApplied);
-  absl::StatusOr<Outcome> r = ledger_->process_compensation(*conn_, "0xabc", 1, *Amount::parse("50"));
+  ASSERT_EQ(*ledger_->process_deposit(*conn_, event("0xabc", EventType::kDeposit, 1, "50")),
+            Outcome::kApplied);
+  ASSERT_EQ(*ledger_->process_withdrawal(*conn_, event("w_1", EventType::kWithdrawal, 1, "40")),
+            Outcome::kApplied);
+  absl::StatusOr<Outcome> r =
+      ledger_->process_compensation(*conn_, "0xabc", 1, *Amount::parse("50"));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("exceeds the balance"));
   EXPECT_EQ(balance(1), "10");
   EXPECT_EQ(ledger_rows("reorg:0xabc"), 0);
-  EXPECT_EQ(count("SELECT count(*) FROM {schema}.dead_letter_queue WHERE event_id = 'reorg:0xabc'"), 1);
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.dead_letter_queue WHERE event_id = 'reorg:0xabc'"),
+            1);
   EXPECT_THAT(alerts_.keys(), Contains("reorg_compensation_failed:reorg:0xabc"));
   // Once funds arrive, the same compensation can be applied (still once).
-  ASSERT_EQ(*ledger_->process_deposit(*conn_, event("d_2", EventType::kDeposit, 1, "40")), Outcome::kApplied);
-  EXPECT_EQ(*ledger_->process_compensation(*conn_, "0xabc", 1, *Amount::parse("50")), Outcome::kApplied);
+  ASSERT_EQ(*ledger_->process_deposit(*conn_, event("d_2", EventType::kDeposit, 1, "40")),
+            Outcome::kApplied);
+  EXPECT_EQ(*ledger_->process_compensation(*conn_, "0xabc", 1, *Amount::parse("50")),
+            Outcome::kApplied);
   EXPECT_EQ(balance(1), "0");
   expect_reconciled();
 }
@@ -294,25 +316,40 @@ TEST_F(Ledger_, BadInput_IsRefusedByRuleAndNothingWritten) {
     std::string rule;
   } cases[] = {
       {event("", EventType::kDeposit, 1, "1"), true, "event_id must be 1..128 bytes"},
-      {event(std::string(129, 'x'), EventType::kDeposit, 1, "1"), true, "event_id must be 1..128 bytes"},
+      {event(std::string(129, 'x'), EventType::kDeposit, 1, "1"), true,
+       "event_id must be 1..128 bytes"},
       {event("bad\xff", EventType::kDeposit, 1, "1"), true, "valid UTF-8"},
       {event(std::string("a\0b", 3), EventType::kDeposit, 1, "1"), true, "without NUL"},
       {event("e", EventType::kDeposit, 0, "1"), true, "user_id must be positive"},
-      {event("e", EventType::kWithdrawal, 1, "1"), true, "process_deposit takes deposit or airdrop"},
+      {event("e", EventType::kWithdrawal, 1, "1"), true,
+       "process_deposit takes deposit or airdrop"},
       {event("e", EventType::kDeposit, 1, "1"), false, "process_withdrawal takes withdrawal"},
-      {event("e", EventType::kReorgCompensation, 1, "1"), false, "process_withdrawal takes withdrawal"},
+      {event("e", EventType::kReorgCompensation, 1, "1"), false,
+       "process_withdrawal takes withdrawal"},
       {PaymentEvent{.event_id = "e", .type = EventType::kDeposit, .user_id = 1, .amount = {}}, true,
        "amount must be greater than zero"},
   };
   for (const auto& c : cases) {
-    absl::StatusOr<Outcome> r =
-        c.deposit ? ledger_->process_deposit(*conn_, c.e) : ledger_->process_withdrawal(*conn_, c.e);
+    absl::StatusOr<Outcome> r = c.deposit ? ledger_->process_deposit(*conn_, c.e)
+                                          : ledger_->process_withdrawal(*conn_, c.e);
     ASSERT_FALSE(r.ok()) << c.rule;
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << c.rule;
     EXPECT_THAT(std::string(r.status().message()), HasSubstr(c.rule));
   }
   expect_nothing_written();
   EXPECT_EQ(balance(1), "100");
+}
+
+TEST_F(Ledger_, UnsafeSchemaName_EveryOperationRefusesBeforeTouchingSql) {
+  const Ledger bad({.schema = "x; DROP SCHEMA public CASCADE; --"});
+  const PaymentEvent e = event("d_1", EventType::kDeposit, 1, "1");
+  EXPECT_EQ(bad.process_deposit(*conn_, e).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.open_account(*conn_, 1, Amount()).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.balance(*conn_, 1).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.find_balance_mismatches(*conn_).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.balance(*conn_, 1).status().message()),
+              HasSubstr("[a-z_][a-z0-9_]{0,62}"));
 }
 
 TEST_F(Ledger_, Notifications_WrittenInTheSameTransactionOncePerOutcome) {
@@ -334,7 +371,8 @@ TEST_F(Ledger_, Notifications_WrittenInTheSameTransactionOncePerOutcome) {
 
 TEST_F(Ledger_, FindBalanceMismatches_ReportsTampering) {
   open_account(1, "10");
-  ASSERT_EQ(*ledger_->process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "5")), Outcome::kApplied);
+  ASSERT_EQ(*ledger_->process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "5")),
+            Outcome::kApplied);
   expect_reconciled();
   exec("UPDATE {schema}.users SET balance = balance + 1 WHERE id = 1");
   absl::StatusOr<std::vector<BalanceMismatch>> m = ledger_->find_balance_mismatches(*conn_);

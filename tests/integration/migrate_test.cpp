@@ -22,7 +22,8 @@ TEST_F(Migrate, TheDatabaseFsmTableIsTheLibrarysTable) {
             static_cast<long>(kValidTransitions.size()));
   for (const auto& [from, to] : kValidTransitions) {
     EXPECT_EQ(count("SELECT count(*) FROM {schema}.event_transitions WHERE from_status = '" +
-                    std::string(to_string(from)) + "' AND to_status = '" + std::string(to_string(to)) + "'"),
+                    std::string(to_string(from)) + "' AND to_status = '" +
+                    std::string(to_string(to)) + "'"),
               1);
   }
 }
@@ -42,13 +43,15 @@ TEST_F(Migrate, ConcurrentRunsFromManyProcessesAllSucceedOnce) {
 }
 
 TEST_F(Migrate, RefusesUnsafeSchemaNames) {
-  for (const std::string& bad : {std::string(), std::string("Public"), std::string("x; DROP TABLE users"),
-                                 std::string("a-b"), std::string("1abc"), std::string(64, 'a')}) {
+  for (const std::string& bad :
+       {std::string(), std::string("Public"), std::string("x; DROP TABLE users"),
+        std::string("a-b"), std::string("1abc"), std::string(64, 'a')}) {
     absl::Status s = migrate(*conn_, bad);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("[a-z_][a-z0-9_]{0,62}"));
   }
-  EXPECT_TRUE(migrate(*conn_, std::string(63, 'a')).ok()) << "63 characters is PostgreSQL's limit, and fine";
+  EXPECT_TRUE(migrate(*conn_, std::string(63, 'a')).ok())
+      << "63 characters is PostgreSQL's limit, and fine";
   exec("DROP SCHEMA " + std::string(63, 'a') + " CASCADE");
   EXPECT_EQ(current_schema_version(*conn_, "never_migrated_here").value_or(-1), 0);
 }

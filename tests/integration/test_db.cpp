@@ -68,8 +68,7 @@ LedgerOptions LedgerTest::options(LedgerOptions base) const {
 }
 
 std::string LedgerTest::scalar(const std::string& sql) {
-  absl::StatusOr<Result> r =
-      conn_->execute(absl::StrReplaceAll(sql, {{"{schema}", schema_}}));
+  absl::StatusOr<Result> r = conn_->execute(absl::StrReplaceAll(sql, {{"{schema}", schema_}}));
   EXPECT_TRUE(r.ok()) << sql << ": " << r.status();
   if (!r.ok() || r->rows.empty()) return "NULL";
   return r->at(0, 0).value_or("NULL");
@@ -95,12 +94,22 @@ void LedgerTest::record_event(const PaymentEvent& e, std::string_view status, in
   const std::string amount = e.amount.to_string();
   const std::string retries = std::to_string(retry_count);
   absl::StatusOr<Result> r = conn_->execute(
-      absl::StrReplaceAll("INSERT INTO {schema}.payment_events (event_id, user_id, amount, event_type, "
-                          "status, retry_count) VALUES ($1, $2::bigint, $3::numeric, $4, $5, $6::int)",
-                          {{"{schema}", schema_}}),
+      absl::StrReplaceAll(
+          "INSERT INTO {schema}.payment_events (event_id, user_id, amount, event_type, "
+          "status, retry_count) VALUES ($1, $2::bigint, $3::numeric, $4, $5, $6::int)",
+          {{"{schema}", schema_}}),
       {Param(e.event_id), Param(user), Param(amount), Param(to_string(e.type)), Param(status),
        Param(retries)});
   ASSERT_TRUE(r.ok()) << r.status();
+}
+
+std::unique_ptr<pg::Connection> LedgerTest::hold_locks(const std::string& locking_sql) {
+  std::unique_ptr<pg::Connection> holder = connect();
+  EXPECT_TRUE(holder->execute("BEGIN").ok());
+  absl::StatusOr<Result> r =
+      holder->execute(absl::StrReplaceAll(locking_sql, {{"{schema}", schema_}}));
+  EXPECT_TRUE(r.ok()) << r.status();
+  return holder;
 }
 
 void LedgerTest::expect_reconciled() {
@@ -114,7 +123,8 @@ void LedgerTest::expect_reconciled() {
 
 PaymentEvent LedgerTest::event(std::string id, EventType type, std::int64_t user,
                                std::string_view amount) {
-  return {.event_id = std::move(id), .type = type, .user_id = user, .amount = *Amount::parse(amount)};
+  return {
+      .event_id = std::move(id), .type = type, .user_id = user, .amount = *Amount::parse(amount)};
 }
 
 std::vector<int> run_forked(int n, const std::function<int(int)>& work) {

@@ -36,6 +36,22 @@ class RecordingAlertSink : public AlertSink {
   std::vector<std::string> keys_ ABSL_GUARDED_BY(mu_);
 };
 
+// A host-style driver over a real connection: forwards execute() and
+// in_transaction() and inherits the interface's default execute_atomically()
+// (BEGIN ... COMMIT, no pipelining). Fault-injecting tests derive from it.
+class ForwardingConnection : public Connection {
+ public:
+  explicit ForwardingConnection(Connection& real) : real_(real) {}
+  using Connection::execute;
+  absl::StatusOr<Result> execute(std::string_view sql, std::span<const Param> params) override {
+    return real_.execute(sql, params);
+  }
+  bool in_transaction() const override { return real_.in_transaction(); }
+
+ protected:
+  Connection& real_;
+};
+
 // Each test gets its own migrated schema, dropped afterwards.
 class LedgerTest : public ::testing::Test {
  protected:
@@ -54,6 +70,9 @@ class LedgerTest : public ::testing::Test {
   std::string balance(std::int64_t user);
   // Inserts a payment_events row directly, as intake would.
   void record_event(const PaymentEvent& e, std::string_view status, int retry_count = 0);
+  // Another session that has run `locking_sql` ({schema} substituted) inside an
+  // open transaction, holding its row locks until it is rolled back or destroyed.
+  std::unique_ptr<pg::Connection> hold_locks(const std::string& locking_sql);
   // Every user's balance == initial_balance + SUM(balance_events), none negative.
   void expect_reconciled();
 

@@ -54,7 +54,7 @@ TEST(AmountParse, RejectsEachBrokenRuleByName) {
   expect_rejected("1_000", "separator");
   expect_rejected("1,000", "separator");
   expect_rejected("\xd9\xa5\xd9\xa0", "ASCII digits");  // Arabic-Indic "٥٠"
-  expect_rejected("５０", "ASCII digits");               // full-width
+  expect_rejected("５０", "ASCII digits");              // full-width
   expect_rejected(".5", "before the decimal point");
   expect_rejected("5.", "after the decimal point");
   expect_rejected("5.e3", "after the decimal point");

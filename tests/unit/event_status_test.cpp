@@ -3,9 +3,8 @@
 #include <set>
 #include <utility>
 
-#include "idemledger/event_type.hpp"
-
 #include "gtest/gtest.h"
+#include "idemledger/event_type.hpp"
 
 namespace idemledger {
 namespace {
@@ -16,10 +15,9 @@ using S = EventStatus;
 // independently of kValidTransitions.
 TEST(EventStatus, AllTwentyFivePairsMatchTheSeed) {
   const std::set<std::pair<S, S>> allowed = {
-      {S::kPending, S::kEnqueued},      {S::kPending, S::kFailed},
-      {S::kEnqueued, S::kProcessing},   {S::kEnqueued, S::kFailed},
-      {S::kEnqueued, S::kPending},      {S::kEnqueued, S::kConfirmed},
-      {S::kProcessing, S::kConfirmed},  {S::kProcessing, S::kFailed},
+      {S::kPending, S::kEnqueued},     {S::kPending, S::kFailed},    {S::kEnqueued, S::kProcessing},
+      {S::kEnqueued, S::kFailed},      {S::kEnqueued, S::kPending},  {S::kEnqueued, S::kConfirmed},
+      {S::kProcessing, S::kConfirmed}, {S::kProcessing, S::kFailed},
   };
   int checked = 0;
   for (S from : kAllEventStatuses) {

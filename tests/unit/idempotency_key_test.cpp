@@ -23,13 +23,15 @@ TEST(IdempotencyKey, SeedSeparatorCollisionsDoNotCollide) {
   EXPECT_NE(idempotency_key("a:", ":b"), idempotency_key("a", "::b"));
   EXPECT_NE(idempotency_key("a::b", ""), idempotency_key("a", "b"));
   // NUL-joined keys collide on embedded NULs; length prefixes do not.
-  EXPECT_NE(idempotency_key(std::string("a\0b", 3), "c"), idempotency_key("a", std::string("b\0c", 3)));
+  EXPECT_NE(idempotency_key(std::string("a\0b", 3), "c"),
+            idempotency_key("a", std::string("b\0c", 3)));
   EXPECT_NE(idempotency_key({"ab", "c"}), idempotency_key({"a", "bc"}));
   EXPECT_NE(idempotency_key({"a", "b", ""}), idempotency_key({"a", "b"}));
 }
 
 TEST(IdempotencyKey, DistinctTuplesGiveDistinctKeys) {
-  const std::vector<std::string> parts = {"", "a", ":", "::", "a:", ":a", std::string("\0", 1), "ab"};
+  const std::vector<std::string> parts = {"",  "a", ":", "::", "a:", ":a", std::string("\0", 1),
+                                          "ab"};
   std::set<std::string> keys;
   std::size_t tuples = 0;
   for (const auto& x : parts) {

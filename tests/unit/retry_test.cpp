@@ -23,14 +23,17 @@ TEST(FullJitterBackoff, StaysWithinTheExponentialCeilingAndTheCap) {
 }
 
 TEST(FullJitterBackoff, SpreadsDelays) {
-  const RetryPolicy policy{.max_attempts = 6, .base_delay = absl::Seconds(1), .max_delay = absl::Seconds(60)};
+  const RetryPolicy policy{
+      .max_attempts = 6, .base_delay = absl::Seconds(1), .max_delay = absl::Seconds(60)};
   std::set<std::int64_t> distinct;
-  for (int i = 0; i < 50; ++i) distinct.insert(absl::ToInt64Microseconds(full_jitter_backoff(policy, 3)));
+  for (int i = 0; i < 50; ++i)
+    distinct.insert(absl::ToInt64Microseconds(full_jitter_backoff(policy, 3)));
   EXPECT_GT(distinct.size(), 40u);
 }
 
 TEST(WithRetries, RerunsRetryableFailuresUpToTheLimit) {
-  const RetryPolicy policy{.max_attempts = 4, .base_delay = absl::Microseconds(1), .max_delay = absl::Microseconds(10)};
+  const RetryPolicy policy{
+      .max_attempts = 4, .base_delay = absl::Microseconds(1), .max_delay = absl::Microseconds(10)};
   int calls = 0;
   absl::Status s = with_retries(policy, [&] {
     ++calls;
@@ -41,7 +44,8 @@ TEST(WithRetries, RerunsRetryableFailuresUpToTheLimit) {
 }
 
 TEST(WithRetries, StopsOnSuccessOrPermanentFailure) {
-  const RetryPolicy policy{.max_attempts = 5, .base_delay = absl::Microseconds(1), .max_delay = absl::Microseconds(10)};
+  const RetryPolicy policy{
+      .max_attempts = 5, .base_delay = absl::Microseconds(1), .max_delay = absl::Microseconds(10)};
   int calls = 0;
   absl::StatusOr<int> r = with_retries(policy, [&]() -> absl::StatusOr<int> {
     if (++calls < 3) return absl::AbortedError("deadlock");

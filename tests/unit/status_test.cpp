@@ -14,21 +14,21 @@ struct Case {
 
 TEST(StatusFromSqlstate, MapsEveryStateTheSpecNames) {
   const Case cases[] = {
-      {"55P03", absl::StatusCode::kUnavailable, true, false},        // lock_not_available
-      {"57014", absl::StatusCode::kDeadlineExceeded, true, false},   // query_canceled
-      {"40P01", absl::StatusCode::kAborted, true, false},            // deadlock_detected
-      {"40001", absl::StatusCode::kAborted, true, false},            // serialization_failure
-      {"08000", absl::StatusCode::kUnavailable, true, true},         // connection_exception
-      {"08003", absl::StatusCode::kUnavailable, true, true},         // connection_does_not_exist
-      {"08006", absl::StatusCode::kUnavailable, true, true},         // connection_failure
-      {"57P01", absl::StatusCode::kUnavailable, true, true},         // admin_shutdown
-      {"57P02", absl::StatusCode::kUnavailable, true, true},         // crash_shutdown
-      {"57P03", absl::StatusCode::kUnavailable, true, true},         // cannot_connect_now
-      {"40003", absl::StatusCode::kUnavailable, true, false},        // completion unknown
-      {"23505", absl::StatusCode::kAlreadyExists, false, false},     // unique_violation
-      {"23514", absl::StatusCode::kFailedPrecondition, false, false},// check_violation
-      {"22P02", absl::StatusCode::kInvalidArgument, false, false},   // invalid_text_representation
-      {"42P01", absl::StatusCode::kInternal, false, false},          // undefined_table
+      {"55P03", absl::StatusCode::kUnavailable, true, false},          // lock_not_available
+      {"57014", absl::StatusCode::kDeadlineExceeded, true, false},     // query_canceled
+      {"40P01", absl::StatusCode::kAborted, true, false},              // deadlock_detected
+      {"40001", absl::StatusCode::kAborted, true, false},              // serialization_failure
+      {"08000", absl::StatusCode::kUnavailable, true, true},           // connection_exception
+      {"08003", absl::StatusCode::kUnavailable, true, true},           // connection_does_not_exist
+      {"08006", absl::StatusCode::kUnavailable, true, true},           // connection_failure
+      {"57P01", absl::StatusCode::kUnavailable, true, true},           // admin_shutdown
+      {"57P02", absl::StatusCode::kUnavailable, true, true},           // crash_shutdown
+      {"57P03", absl::StatusCode::kUnavailable, true, true},           // cannot_connect_now
+      {"40003", absl::StatusCode::kUnavailable, true, false},          // completion unknown
+      {"23505", absl::StatusCode::kAlreadyExists, false, false},       // unique_violation
+      {"23514", absl::StatusCode::kFailedPrecondition, false, false},  // check_violation
+      {"22P02", absl::StatusCode::kInvalidArgument, false, false},  // invalid_text_representation
+      {"42P01", absl::StatusCode::kInternal, false, false},         // undefined_table
   };
   for (const Case& c : cases) {
     const absl::Status s = status_from_sqlstate(c.sqlstate, "boom");

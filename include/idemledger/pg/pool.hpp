@@ -90,10 +90,10 @@ class Pool {
   [[nodiscard]] absl::StatusOr<PooledConnection> acquire();
 
   struct Stats {
-    std::size_t open;    // connections that exist (idle + lent out)
-    std::size_t idle;    // connections waiting in the pool
-    std::size_t created; // connections opened over the pool's life
-    std::size_t dropped; // connections closed as broken or invalid
+    std::size_t open;     // connections that exist (idle + lent out)
+    std::size_t idle;     // connections waiting in the pool
+    std::size_t created;  // connections opened over the pool's life
+    std::size_t dropped;  // connections closed as broken or invalid
   };
   [[nodiscard]] Stats stats() const;
 
