@@ -4,7 +4,7 @@ set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config git
   libpq-dev libabsl-dev libfmt-dev libboost-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  postgresql-15 postgresql-client-15)
+  postgresql-15 postgresql-client-15 pgbouncer)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -6,6 +6,8 @@
 # listening on a free port on 127.0.0.1 and a unix socket in DIR. Runs COMMAND
 # with IDEMLEDGER_TEST_DSN / IDEMLEDGER_PG_* exported and stops the server on
 # exit, whatever COMMAND did. Extra server settings: IDEMLEDGER_PG_OPTS.
+# In front of it, PgBouncer in transaction pooling mode (IDEMLEDGER_PGBOUNCER_DSN),
+# for the tests that must hold behind a pooler.
 set -euo pipefail
 [[ $# -ge 2 ]] || { echo "usage: $0 DIR COMMAND [ARGS...]" >&2; exit 2; }
 root_dir=$(mkdir -p "$1" && cd "$1" && pwd)/pg
@@ -35,6 +37,7 @@ done
   || { cat "$root_dir/initdb.log" >&2; exit 1; }
 
 stop_server() {
+  [[ -f "$root_dir/pgbouncer.pid" ]] && kill "$(cat "$root_dir/pgbouncer.pid")" 2>/dev/null
   "${as_owner[@]}" "$pg_bin/pg_ctl" -D "$root_dir/data" -m immediate -w stop >/dev/null 2>&1 || true
 }
 trap stop_server EXIT INT TERM
@@ -44,10 +47,35 @@ trap stop_server EXIT INT TERM
   -o "-p $port -k $root_dir/sock -c listen_addresses=127.0.0.1 -c max_connections=200 ${IDEMLEDGER_PG_OPTS:-}" start >/dev/null \
   || { cat "$root_dir/server.log" >&2; exit 1; }
 
+bouncer_port=""
+for candidate in $(seq $((port + 1)) 56999); do
+  if ! (exec 3<>"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null; then bouncer_port=$candidate; break; fi
+done
+cat >"$root_dir/pgbouncer.ini" <<INI
+[databases]
+* = host=$root_dir/sock port=$port
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $bouncer_port
+unix_socket_dir = $root_dir/sock
+auth_type = trust
+auth_file = $root_dir/userlist.txt
+pool_mode = transaction
+default_pool_size = 3
+max_client_conn = 200
+logfile = $root_dir/pgbouncer.log
+pidfile = $root_dir/pgbouncer.pid
+INI
+echo '"postgres" ""' >"$root_dir/userlist.txt"
+[[ $(id -u) -eq 0 ]] && chown postgres: "$root_dir/pgbouncer.ini" "$root_dir/userlist.txt"
+"${as_owner[@]}" /usr/sbin/pgbouncer -q -d "$root_dir/pgbouncer.ini" \
+  || { cat "$root_dir/pgbouncer.log" >&2; exit 1; }
+export IDEMLEDGER_PGBOUNCER_DSN="host=$root_dir/sock port=$bouncer_port dbname=postgres user=postgres"
+
 export IDEMLEDGER_PG_BIN="$pg_bin" IDEMLEDGER_PG_DATA="$root_dir/data" IDEMLEDGER_PG_SOCKET="$root_dir/sock" IDEMLEDGER_PG_PORT="$port"
 export IDEMLEDGER_PG_AS="${as_owner[*]}"
 export IDEMLEDGER_TEST_DSN="host=$root_dir/sock port=$port dbname=postgres user=postgres"
-echo "with-postgres: PostgreSQL on port $port, socket $root_dir/sock (log: $root_dir/server.log)"
+echo "with-postgres: PostgreSQL on port $port, PgBouncer (transaction pooling) on $bouncer_port, socket $root_dir/sock (log: $root_dir/server.log)"
 set +e
 "$@"
 status=$?
