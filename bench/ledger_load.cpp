@@ -131,6 +131,7 @@ int main(int argc, char** argv) {
   const absl::Time deadline = absl::Now() + absl::Seconds(o.seconds);
   const absl::Time start = absl::Now();
   std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(o.clients));
   for (int t = 0; t < o.clients; ++t) {
     threads.emplace_back([&, t] {
       absl::StatusOr<std::unique_ptr<idemledger::pg::Connection>> c =

@@ -9,7 +9,7 @@
 
 namespace {
 
-void BM_AmountParse(benchmark::State& state, std::string text) {
+void BM_AmountParse(benchmark::State& state, const std::string& text) {
   for (auto _ : state) benchmark::DoNotOptimize(idemledger::Amount::parse(text));
 }
 BENCHMARK_CAPTURE(BM_AmountParse, integer, std::string("50"));

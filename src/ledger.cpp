@@ -16,8 +16,6 @@
 namespace idemledger {
 namespace {
 
-constexpr std::string_view kReorgEventType = "reorg_compensation";
-
 absl::Status validate_event(const PaymentEvent& e) {
   if (e.event_id.empty() || e.event_id.size() > kMaxEventIdLength) {
     return absl::InvalidArgumentError(

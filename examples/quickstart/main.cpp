@@ -80,7 +80,9 @@ int main(int argc, char** argv) {
   // up to 18 decimals, so some withdrawals must be refused for lack of funds.
   std::mt19937_64 rng(42);
   std::vector<PaymentEvent> events;
+  events.reserve(kEvents);
   std::vector<Delivery> deliveries;
+  deliveries.reserve(std::size_t{3} * kEvents);
   for (int i = 0; i < kEvents; ++i) {
     const int kind = static_cast<int>(rng() % 10);
     const EventType type = kind < 5   ? EventType::kDeposit
@@ -100,6 +102,7 @@ int main(int argc, char** argv) {
   // Replays with tampered content arrive late, after the originals: the
   // first content recorded for an id is the one that counts.
   std::vector<Delivery> late_replays;
+  late_replays.reserve(kTamperedReplays);
   for (int t = 0; t < kTamperedReplays; ++t)
     late_replays.push_back({static_cast<int>(rng() % kEvents), true});
 
@@ -114,6 +117,7 @@ int main(int argc, char** argv) {
   const auto deliver_all = [&](const std::vector<Delivery>& deliveries) {
     std::atomic<std::size_t> next{0};
     std::vector<std::thread> threads;
+    threads.reserve(kThreads);
     for (int t = 0; t < kThreads; ++t) {
       threads.emplace_back([&] {
         for (std::size_t i; (i = next++) < deliveries.size();) {
