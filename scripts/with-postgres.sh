@@ -17,6 +17,7 @@ pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
 [[ -x "$pg_bin/initdb" ]] || { echo "with-postgres: no PostgreSQL server binaries found" >&2; exit 1; }
 
 as_owner=()
+cleanup_dir=""
 if [[ $(id -u) -eq 0 ]]; then
   id -u postgres >/dev/null 2>&1 || useradd --system --user-group --home-dir /var/lib/postgresql postgres
   as_owner=(runuser -u postgres --)
@@ -24,6 +25,14 @@ fi
 
 rm -rf "$root_dir"
 mkdir -p "$root_dir/sock"
+if [[ $(id -u) -eq 0 ]] && ! runuser -u postgres -- test -x "$root_dir"; then
+  # A parent directory is closed to the server's user (a clone under /root):
+  # keep the cluster private in a temporary directory instead.
+  rm -rf "$root_dir"
+  root_dir=$(mktemp -d /tmp/idemledger-pg.XXXXXX)
+  mkdir -p "$root_dir/sock"
+  cleanup_dir=$root_dir
+fi
 [[ $(id -u) -eq 0 ]] && chown -R postgres: "$root_dir"
 chmod 755 "$root_dir"
 
@@ -39,6 +48,8 @@ done
 stop_server() {
   [[ -f "$root_dir/pgbouncer.pid" ]] && kill "$(cat "$root_dir/pgbouncer.pid")" 2>/dev/null
   "${as_owner[@]}" "$pg_bin/pg_ctl" -D "$root_dir/data" -m immediate -w stop >/dev/null 2>&1 || true
+  [[ -n "${cleanup_dir:-}" ]] && rm -rf "$cleanup_dir"
+  return 0
 }
 trap stop_server EXIT INT TERM
 
