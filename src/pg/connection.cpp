@@ -64,6 +64,15 @@ class BoundParams {
   absl::InlinedVector<const char*, 8> values_;
 };
 
+// kUnavailable for a session that is gone, carrying 08006 and connection_broken().
+absl::Status connection_lost(std::string_view what, const char* libpq_message, bool in_doubt) {
+  absl::Status s = absl::UnavailableError(fmt::format("{}: {}", what, trimmed(libpq_message)));
+  s.SetPayload(internal::to_absl(kSqlStatePayload), absl::Cord(kConnectionFailure));
+  mark_connection_broken(s);
+  if (in_doubt) mark_commit_in_doubt(s);
+  return s;
+}
+
 }  // namespace
 
 struct Connection::Impl {
@@ -188,6 +197,8 @@ absl::StatusOr<Result> Connection::execute(std::string_view sql, std::span<const
 absl::StatusOr<Result> Connection::execute_atomically(std::span<const Statement> statements) {
   if (impl_->connection_bad()) return impl_->error(nullptr);
   PGconn* c = impl_->conn.get();
+  // Inside the host's own transaction nothing commits at our Sync.
+  const bool joins_host_transaction = in_transaction();
   if (PQenterPipelineMode(c) != 1) return idemledger::Connection::execute_atomically(statements);
 
   // Send everything, then one Sync: without an explicit BEGIN the server runs
@@ -263,15 +274,13 @@ absl::StatusOr<Result> Connection::execute_atomically(std::span<const Statement>
   }
   // A server error means the implicit transaction rolled back: a definite no.
   if (!first_error.ok() && !connection_broken(first_error)) return first_error;
-  // The session died before the Sync's answer: the commit may or may not have
-  // happened. Say so; never guess.
-  absl::Status s = absl::UnavailableError(
-      fmt::format("commit in doubt: connection lost before the outcome arrived: {}",
-                  trimmed(PQerrorMessage(c))));
-  s.SetPayload(internal::to_absl(kSqlStatePayload), absl::Cord(kConnectionFailure));
-  mark_connection_broken(s);
-  mark_commit_in_doubt(s);
-  return s;
+  // The session died before the Sync's answer. Outside a host transaction the
+  // commit may or may not have happened: say so, never guess. Inside one,
+  // the host's transaction died with the session: definitely not committed.
+  return connection_lost(joins_host_transaction
+                             ? "connection lost; the enclosing transaction is rolled back"
+                             : "commit in doubt: connection lost before the outcome arrived",
+                         PQerrorMessage(c), /*in_doubt=*/!joins_host_transaction);
 }
 
 bool Connection::in_transaction() const {

@@ -1,5 +1,7 @@
 // Faults the ledger must answer correctly: a commit whose acknowledgement is
 // lost, lock contention, timeouts, a session killed by the server.
+#include <thread>
+
 #include "gmock/gmock.h"
 #include "idemledger/ledger.hpp"
 #include "idemledger/retry.hpp"
@@ -126,6 +128,35 @@ TEST_F(Fault, SessionKilledByServer_IsRetryableAndMarkedBroken) {
   EXPECT_EQ(*ledger_->process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "1")),
             Outcome::kApplied);
   EXPECT_EQ(balance(1), "1");
+}
+
+// The real libpq path: the server kills the session while the pipelined batch
+// runs. The client cannot know whether the commit happened, so it must say
+// "in doubt" (and here it did not happen).
+TEST_F(Fault, SessionKilledMidPipeline_ReportsCommitInDoubt) {
+  exec("CREATE TABLE {schema}.t (x int)");
+  for (const bool host_transaction : {false, true}) {
+    std::unique_ptr<pg::Connection> victim = connect();
+    if (host_transaction) {
+      ASSERT_TRUE(victim->execute("BEGIN").ok());
+    }
+    const std::string pid = std::to_string(victim->backend_pid());
+    std::thread killer([&] {
+      absl::SleepFor(absl::Milliseconds(300));
+      std::unique_ptr<pg::Connection> admin = connect();
+      (void)admin->execute("SELECT pg_terminate_backend(" + pid + ")");
+    });
+    const std::string insert = "INSERT INTO " + schema_ + ".t VALUES (1)";
+    const Statement batch[] = {{insert, {}}, {"SELECT pg_sleep(5)", {}}};
+    absl::StatusOr<Result> r = victim->execute_atomically(batch);
+    killer.join();
+    ASSERT_FALSE(r.ok());
+    EXPECT_TRUE(is_retryable(r.status())) << r.status();
+    EXPECT_TRUE(connection_broken(r.status())) << r.status();
+    EXPECT_EQ(commit_in_doubt(r.status()), !host_transaction)
+        << "only a batch that would have committed at its Sync is in doubt: " << r.status();
+    EXPECT_EQ(count("SELECT count(*) FROM {schema}.t"), 0);
+  }
 }
 
 TEST_F(Fault, HostTransaction_DepositJoinsItAndRollsBackWithIt) {
