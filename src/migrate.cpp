@@ -24,7 +24,11 @@ const std::vector<Migration>& migrations() {
   static const std::vector<Migration> all = {
       {1,
        {
-#include "src/migrations.inc"
+#include "src/migrations/0001_ledger.inc"
+       }},
+      {2,
+       {
+#include "src/migrations/0002_dispatch.inc"
        }},
   };
   return all;

@@ -1,0 +1,165 @@
+#include "idemledger/dispatcher.hpp"
+
+#include <fmt/format.h>
+
+#include <cctype>
+
+#include "absl/strings/numbers.h"
+#include "idemledger/connection.hpp"
+#include "idemledger/retry.hpp"
+#include "idemledger/status.hpp"
+#include "src/internal/absl_compat.hpp"
+#include "src/internal/schema_name.hpp"
+
+namespace idemledger {
+namespace {
+
+// Reason recorded in the dead letter for a permanent failure: the code's name.
+std::string reason_for(const absl::Status& failure) {
+  std::string name = absl::StatusCodeToString(failure.code());
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return name;
+}
+
+}  // namespace
+
+std::string_view to_string(Disposition d) {
+  switch (d) {
+    case Disposition::kApplied:
+      return "applied";
+    case Disposition::kAlreadyApplied:
+      return "already_applied";
+    case Disposition::kInsufficientFunds:
+      return "insufficient_funds";
+    case Disposition::kRetryScheduled:
+      return "retry_scheduled";
+    case Disposition::kFailed:
+      return "failed";
+    case Disposition::kNotClaimed:
+      return "not_claimed";
+  }
+  return "unknown";
+}
+
+Dispatcher::Dispatcher(const Ledger& ledger, DispatcherOptions options)
+    : ledger_(ledger),
+      options_(std::move(options)),
+      schema_status_(internal::validate_identifier("schema", options_.schema)) {}
+
+absl::StatusOr<std::vector<ClaimedEvent>> Dispatcher::claim(Connection& conn) const {
+  if (!schema_status_.ok()) return schema_status_;
+  const std::string limit = std::to_string(options_.batch_size);
+  const std::string lease_ms = std::to_string(absl::ToInt64Milliseconds(options_.lease));
+  absl::StatusOr<Result> r =
+      conn.execute(internal::with_schema("SELECT * FROM {schema}.claim_events($1::int, $2::bigint)",
+                                         options_.schema),
+                   {Param(limit), Param(lease_ms)});
+  if (!r.ok()) return r.status();
+  std::vector<ClaimedEvent> claimed;
+  claimed.reserve(r->rows.size());
+  for (const auto& row : r->rows) {
+    ClaimedEvent c;
+    c.event.event_id = row[0].value_or("");
+    (void)absl::SimpleAtoi(row[1].value_or(""), &c.event.user_id);
+    absl::StatusOr<Amount> amount = Amount::parse(row[2].value_or(""));
+    std::optional<EventType> type = parse_event_type(row[3].value_or(""));
+    if (!amount.ok() || !type) {
+      return absl::InternalError(
+          fmt::format("claimed event {} has an unreadable amount or type", c.event.event_id));
+    }
+    c.event.amount = *amount;
+    c.event.type = *type;
+    (void)absl::SimpleAtoi(row[4].value_or("0"), &c.retry_count);
+    c.trace_id = row[5].value_or("");
+    claimed.push_back(std::move(c));
+  }
+  return claimed;
+}
+
+absl::StatusOr<Disposition> Dispatcher::process(Connection& conn,
+                                                const ClaimedEvent& claimed) const {
+  if (!schema_status_.ok()) return schema_status_;
+  const PaymentEvent& e = claimed.event;
+  absl::StatusOr<Outcome> outcome =
+      is_credit(e.type) ? ledger_.process_deposit(conn, e) : ledger_.process_withdrawal(conn, e);
+  if (!outcome.ok()) return record_failure(conn, claimed, outcome.status());
+  switch (*outcome) {
+    case Outcome::kApplied:
+      return Disposition::kApplied;
+    case Outcome::kAlreadyApplied:
+      return Disposition::kAlreadyApplied;
+    case Outcome::kInsufficientFunds:
+      return Disposition::kInsufficientFunds;
+  }
+  return absl::InternalError("unknown ledger outcome");
+}
+
+absl::StatusOr<Disposition> Dispatcher::record_failure(Connection& conn,
+                                                       const ClaimedEvent& claimed,
+                                                       const absl::Status& failure) const {
+  const std::string error = failure.ToString();
+  absl::StatusOr<Result> r;
+  if (is_retryable(failure)) {
+    const RetryPolicy backoff{.max_attempts = options_.max_retries + 1,
+                              .base_delay = options_.retry_base,
+                              .max_delay = options_.retry_cap};
+    const std::string delay_ms = std::to_string(
+        absl::ToInt64Milliseconds(full_jitter_backoff(backoff, claimed.retry_count)));
+    const std::string max_retries = std::to_string(options_.max_retries);
+    r = conn.execute(
+        internal::with_schema("SELECT {schema}.retry_event($1, $2, $3::bigint, $4::int)",
+                              options_.schema),
+        {Param(claimed.event.event_id), Param(error), Param(delay_ms), Param(max_retries)});
+  } else {
+    const std::string reason = reason_for(failure);
+    r = conn.execute(
+        internal::with_schema("SELECT {schema}.fail_event($1, $2, $3)", options_.schema),
+        {Param(claimed.event.event_id), Param(reason), Param(error)});
+  }
+  if (!r.ok()) return r.status();
+  const std::optional<std::string>& answer = r->at(0, 0);
+  if (answer == "retry_scheduled") return Disposition::kRetryScheduled;
+  if (answer == "failed") return Disposition::kFailed;
+  return Disposition::kNotClaimed;
+}
+
+absl::StatusOr<int> Dispatcher::run_once(Connection& conn) const {
+  absl::StatusOr<std::vector<ClaimedEvent>> batch = claim(conn);
+  if (!batch.ok()) return batch.status();
+  for (const ClaimedEvent& c : *batch) {
+    // A failure to record one outcome leaves that event to its lease; the
+    // rest of the batch still gets its turn unless the session is gone.
+    absl::StatusOr<Disposition> d = process(conn, c);
+    if (!d.ok() && connection_broken(d.status())) return d.status();
+  }
+  return static_cast<int>(batch->size());
+}
+
+absl::StatusOr<RecoveryReport> Dispatcher::recover_stale(Connection& conn) const {
+  if (!schema_status_.ok()) return schema_status_;
+  const std::string max_recoveries = std::to_string(options_.max_recoveries);
+  const std::string limit = std::to_string(options_.batch_size);
+  absl::StatusOr<Result> r = conn.execute(
+      internal::with_schema("SELECT * FROM {schema}.recover_stale_events($1::int, $2::int)",
+                            options_.schema),
+      {Param(max_recoveries), Param(limit)});
+  if (!r.ok()) return r.status();
+  RecoveryReport report;
+  AlertSink& sink = options_.alerts != nullptr ? *options_.alerts : stderr_alert_sink();
+  for (const auto& row : r->rows) {
+    if (row[1] == "recovered") {
+      ++report.recovered;
+      continue;
+    }
+    ++report.failed;
+    const std::string id = row[0].value_or("");
+    const std::string key = "stale_recoveries_exhausted:" + id;
+    const std::string message = fmt::format(
+        "event {} failed: its lease expired {} times (workers died or hung); see dead_letter_queue",
+        id, options_.max_recoveries + 1);
+    sink.alert({.severity = AlertSeverity::kCritical, .key = key, .message = message});
+  }
+  return report;
+}
+
+}  // namespace idemledger

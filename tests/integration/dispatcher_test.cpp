@@ -1,0 +1,263 @@
+// PostgreSQL as the queue: claims, leases, durable retries, dead letters and
+// recovery after a worker is killed, on a real server with real processes.
+#include "idemledger/dispatcher.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <set>
+
+#include "gmock/gmock.h"
+#include "idemledger/idempotency_key.hpp"
+#include "idemledger/retry.hpp"
+#include "tests/integration/test_db.hpp"
+
+namespace idemledger::testing {
+namespace {
+
+using ::testing::Contains;
+
+class DispatcherTest : public LedgerTest {
+ protected:
+  DispatcherOptions dispatch_options(DispatcherOptions base = {}) {
+    base.schema = schema_;
+    base.alerts = &alerts_;
+    return base;
+  }
+  void record_pending(int n, std::string_view amount = "1", EventType type = EventType::kDeposit) {
+    for (int i = 0; i < n; ++i)
+      record_event(event("q_" + std::to_string(i), type, 1, amount), "pending");
+  }
+  std::string status_of(const std::string& id) {
+    return scalar("SELECT status FROM {schema}.payment_events WHERE event_id = '" + id + "'");
+  }
+  long non_terminal() {
+    return count(
+        "SELECT count(*) FROM {schema}.payment_events WHERE status NOT IN ('confirmed', 'failed')");
+  }
+};
+
+TEST_F(DispatcherTest, ConcurrentClaimsAreDisjointAndLeased) {
+  open_account(1, "0");
+  record_pending(10);
+  Dispatcher d(*ledger_, dispatch_options({.batch_size = 6}));
+  std::unique_ptr<pg::Connection> other = connect();
+  absl::StatusOr<std::vector<ClaimedEvent>> a = d.claim(*conn_);
+  absl::StatusOr<std::vector<ClaimedEvent>> b = d.claim(*other);
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::set<std::string> ids;
+  for (const auto* batch : {&*a, &*b}) {
+    for (const ClaimedEvent& c : *batch)
+      EXPECT_TRUE(ids.insert(c.event.event_id).second) << c.event.event_id;
+  }
+  EXPECT_EQ(ids.size(), 10u);
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE status = 'enqueued' "
+                  "AND lease_until > now()"),
+            10);
+  EXPECT_TRUE(d.claim(*conn_)->empty());
+}
+
+TEST_F(DispatcherTest, ClaimSkipsRowsLockedByAnotherWorker) {
+  open_account(1, "0");
+  record_pending(3);
+  std::unique_ptr<pg::Connection> holder =
+      hold_locks("SELECT 1 FROM {schema}.payment_events WHERE event_id = 'q_1' FOR UPDATE");
+  Dispatcher d(*ledger_, dispatch_options());
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::vector<ClaimedEvent>> batch = d.claim(*conn_);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1)) << "SKIP LOCKED must not wait";
+  ASSERT_TRUE(batch.ok());
+  EXPECT_EQ(batch->size(), 2u);
+  EXPECT_EQ(status_of("q_1"), "pending");
+}
+
+// A debit in flight holds its user row; claiming (whose updates re-check the
+// foreign key to users) must not wait for it.
+TEST_F(DispatcherTest, ClaimIsNotBlockedByADebitHoldingTheUserRow) {
+  open_account(1, "100");
+  record_pending(2);
+  std::unique_ptr<pg::Connection> debit = connect();
+  ASSERT_TRUE(debit->execute("BEGIN").ok());
+  Ledger in_flight(options());
+  ASSERT_EQ(*in_flight.process_withdrawal(*debit, event("w", EventType::kWithdrawal, 1, "1")),
+            Outcome::kApplied);
+  exec("SET statement_timeout = '2s'");  // turn a wait into a failure, not a hang
+  Dispatcher d(*ledger_, dispatch_options());
+  absl::StatusOr<std::vector<ClaimedEvent>> batch = d.claim(*conn_);
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  EXPECT_EQ(batch->size(), 2u);
+  ASSERT_TRUE(debit->execute("COMMIT").ok());
+}
+
+TEST_F(DispatcherTest, RunOnceAppliesEveryClaimedEventOnce) {
+  open_account(1, "0");
+  record_pending(5, "2.5");
+  Dispatcher d(*ledger_, dispatch_options());
+  EXPECT_EQ(*d.run_once(*conn_), 5);
+  EXPECT_EQ(*d.run_once(*conn_), 0);
+  EXPECT_EQ(balance(1), "12.5");
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE status = 'confirmed'"), 5);
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events"), 5);
+  expect_reconciled();
+}
+
+TEST_F(DispatcherTest, TransientFailureIsRetriedDurablyWithBackoff) {
+  open_account(1, "100");
+  record_pending(1, "10", EventType::kWithdrawal);
+  std::unique_ptr<pg::Connection> holder =
+      hold_locks("SELECT 1 FROM {schema}.users WHERE id = 1 FOR NO KEY UPDATE");
+  Dispatcher d(*ledger_,
+               dispatch_options({.retry_base = absl::Seconds(10), .retry_cap = absl::Seconds(60)}));
+  absl::StatusOr<std::vector<ClaimedEvent>> batch = d.claim(*conn_);
+  ASSERT_EQ(batch->size(), 1u);
+  EXPECT_EQ(*d.process(*conn_, (*batch)[0]), Disposition::kRetryScheduled);
+  EXPECT_EQ(status_of("q_0"), "pending");
+  EXPECT_EQ(scalar("SELECT retry_count FROM {schema}.payment_events"), "1");
+  EXPECT_EQ(scalar("SELECT last_error LIKE '%55P03%' FROM {schema}.payment_events"), "t");
+  EXPECT_EQ(scalar("SELECT next_attempt_at BETWEEN now() AND now() + interval '10 seconds' "
+                   "FROM {schema}.payment_events"),
+            "t");
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.dead_letter_queue"), 0);
+  // Once due and unblocked, it is applied.
+  ASSERT_TRUE(holder->execute("ROLLBACK").ok());
+  exec("UPDATE {schema}.payment_events SET next_attempt_at = now()");
+  EXPECT_EQ(*d.run_once(*conn_), 1);
+  EXPECT_EQ(status_of("q_0"), "confirmed");
+  EXPECT_EQ(scalar("SELECT retry_count FROM {schema}.payment_events"), "0") << "reset on success";
+  EXPECT_EQ(balance(1), "90");
+}
+
+TEST_F(DispatcherTest, RetriesExhaustedEndFailedWithOneDeadLetter) {
+  open_account(1, "100");
+  record_event(event("q_0", EventType::kWithdrawal, 1, "10"), "pending", /*retry_count=*/5);
+  std::unique_ptr<pg::Connection> holder =
+      hold_locks("SELECT 1 FROM {schema}.users WHERE id = 1 FOR NO KEY UPDATE");
+  Dispatcher d(*ledger_, dispatch_options({.max_retries = 5}));
+  absl::StatusOr<std::vector<ClaimedEvent>> batch = d.claim(*conn_);
+  ASSERT_EQ(batch->size(), 1u);
+  EXPECT_EQ(*d.process(*conn_, (*batch)[0]), Disposition::kFailed);
+  EXPECT_EQ(status_of("q_0"), "failed");
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.dead_letter_queue WHERE event_id = 'q_0' "
+                  "AND reason = 'retries_exhausted' AND error LIKE '%55P03%'"),
+            1);
+  EXPECT_EQ(balance(1), "100");
+}
+
+TEST_F(DispatcherTest, PermanentFailureEndsFailedWithDeadLetterAtOnce) {
+  open_account(1, "0");
+  record_event(event("q_0", EventType::kDeposit, 1, "1"), "pending");
+  // A conflicting record: the ledger refuses it (kAlreadyExists), which no retry fixes.
+  exec("INSERT INTO {schema}.processed_events VALUES ('" + idempotency_key("q_0", "deposit") +
+       "', 'someone else''s fingerprint', 'success')");
+  Dispatcher d(*ledger_, dispatch_options());
+  absl::StatusOr<std::vector<ClaimedEvent>> batch = d.claim(*conn_);
+  ASSERT_EQ(batch->size(), 1u);
+  EXPECT_EQ(*d.process(*conn_, (*batch)[0]), Disposition::kFailed);
+  EXPECT_EQ(status_of("q_0"), "failed");
+  EXPECT_EQ(
+      count("SELECT count(*) FROM {schema}.dead_letter_queue WHERE reason = 'already_exists'"), 1);
+  EXPECT_EQ(scalar("SELECT retry_count FROM {schema}.payment_events"), "0")
+      << "no retry for a conflict";
+}
+
+TEST_F(DispatcherTest, ExpiredLeaseIsRecoveredThenFailedAfterTheLimit) {
+  open_account(1, "0");
+  record_pending(2);
+  exec("UPDATE {schema}.payment_events SET recovery_count = 10 WHERE event_id = 'q_1'");
+  Dispatcher d(*ledger_, dispatch_options({.lease = absl::Milliseconds(1), .max_recoveries = 10}));
+  ASSERT_EQ(d.claim(*conn_)->size(), 2u);
+  absl::SleepFor(absl::Milliseconds(20));
+  absl::StatusOr<RecoveryReport> report = d.recover_stale(*conn_);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->recovered, 1);
+  EXPECT_EQ(report->failed, 1);
+  EXPECT_EQ(status_of("q_0"), "pending");
+  EXPECT_EQ(scalar("SELECT recovery_count FROM {schema}.payment_events WHERE event_id = 'q_0'"),
+            "1");
+  EXPECT_EQ(status_of("q_1"), "failed");
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.dead_letter_queue WHERE event_id = 'q_1' "
+                  "AND reason = 'stale_recoveries_exhausted'"),
+            1);
+  EXPECT_THAT(alerts_.keys(), Contains("stale_recoveries_exhausted:q_1"));
+  EXPECT_EQ(balance(1), "0");
+}
+
+// kill -9 of a worker that holds claims, some already applied: after lease
+// expiry and recovery every event is applied exactly once.
+TEST_F(DispatcherTest, WorkerKilledHoldingClaims_EveryEventAppliedOnce) {
+  constexpr int kEvents = 40;
+  open_account(1, "0");
+  record_pending(kEvents, "1");
+  const DispatcherOptions opts =
+      dispatch_options({.batch_size = kEvents, .lease = absl::Milliseconds(300)});
+  const LedgerOptions ledger_opts = options();
+  const std::vector<int> codes = run_forked(1, [&](int) {
+    std::unique_ptr<pg::Connection> c = connect();
+    Ledger ledger(ledger_opts);
+    Dispatcher d(ledger, opts);
+    absl::StatusOr<std::vector<ClaimedEvent>> batch = d.claim(*c);
+    if (!batch.ok()) return 1;
+    for (int i = 0; i < kEvents / 2; ++i)
+      (void)d.process(*c, (*batch)[static_cast<std::size_t>(i)]);
+    raise(SIGKILL);  // dies holding the other half of its claims
+    return 2;
+  });
+  ASSERT_EQ(codes[0], 128 + SIGKILL);
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE status = 'enqueued'"),
+            kEvents / 2);
+
+  Dispatcher d(*ledger_, opts);
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (non_terminal() > 0 && absl::Now() < deadline) {
+    ASSERT_TRUE(d.recover_stale(*conn_).ok());
+    ASSERT_TRUE(d.run_once(*conn_).ok());
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(non_terminal(), 0);
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE status = 'confirmed'"),
+            kEvents);
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events"), kEvents);
+  EXPECT_EQ(balance(1), std::to_string(kEvents));
+  expect_reconciled();
+}
+
+// Several worker processes draining one queue of mixed events.
+TEST_F(DispatcherTest, FourWorkerProcessesDrainTheQueueExactlyOnce) {
+  constexpr int kEvents = 400;
+  for (int u = 1; u <= 10; ++u) open_account(u, "50");
+  for (int i = 0; i < kEvents; ++i) {
+    const EventType type = i % 3 == 0 ? EventType::kWithdrawal : EventType::kDeposit;
+    record_event(event("m_" + std::to_string(i), type, 1 + i % 10, std::to_string(1 + i % 40)),
+                 "pending");
+  }
+  const DispatcherOptions opts = dispatch_options({.batch_size = 16,
+                                                   .max_retries = 50,
+                                                   .retry_base = absl::Milliseconds(5),
+                                                   .retry_cap = absl::Milliseconds(50)});
+  const LedgerOptions ledger_opts = options();
+  const std::vector<int> codes = run_forked(4, [&](int) {
+    std::unique_ptr<pg::Connection> c = connect();
+    Ledger ledger(ledger_opts);
+    Dispatcher d(ledger, opts);
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while (absl::Now() < deadline) {
+      absl::StatusOr<Result> left =
+          c->execute("SELECT count(*) FROM " + schema_ +
+                     ".payment_events WHERE status NOT IN ('confirmed','failed')");
+      if (!left.ok()) return 1;
+      if (left->at(0, 0) == "0") return 0;
+      if (!d.run_once(*c).ok()) return 1;
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+    return 3;
+  });
+  for (int code : codes) EXPECT_EQ(code, 0);
+  EXPECT_EQ(non_terminal(), 0);
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.dead_letter_queue"), 0);
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events"),
+            count("SELECT count(*) FROM {schema}.payment_events WHERE status = 'confirmed'"));
+  expect_reconciled();
+}
+
+}  // namespace
+}  // namespace idemledger::testing
