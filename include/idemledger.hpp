@@ -10,6 +10,7 @@
 #include "idemledger/event_status.hpp"
 #include "idemledger/event_type.hpp"
 #include "idemledger/idempotency_key.hpp"
+#include "idemledger/intake.hpp"
 #include "idemledger/ledger.hpp"
 #include "idemledger/migrate.hpp"
 #include "idemledger/retry.hpp"

@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages idemledger needs, and only those missing.
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config git
-  libpq-dev libabsl-dev libfmt-dev libboost-dev libssl-dev
+  libpq-dev libabsl-dev libfmt-dev libboost-dev libssl-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   postgresql-15 postgresql-client-15 pgbouncer)
 missing=()
