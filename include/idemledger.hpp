@@ -7,6 +7,7 @@
 #include "idemledger/amount.hpp"
 #include "idemledger/connection.hpp"
 #include "idemledger/dispatcher.hpp"
+#include "idemledger/dlq.hpp"
 #include "idemledger/event_status.hpp"
 #include "idemledger/event_type.hpp"
 #include "idemledger/idempotency_key.hpp"

@@ -116,7 +116,20 @@ absl::StatusOr<Disposition> Dispatcher::record_failure(Connection& conn,
         internal::with_schema("SELECT {schema}.fail_event($1, $2, $3)", options_.schema),
         {Param(claimed.event.event_id), Param(reason), Param(error)});
   }
-  if (!r.ok()) return r.status();
+  if (!r.ok()) {
+    if (options_.dead_letters != nullptr) {
+      const PaymentEvent& e = claimed.event;
+      (void)options_.dead_letters->spool(
+          {.event_id = e.event_id,
+           .event_type = std::string(to_string(e.type)),
+           .user_id = e.user_id,
+           .amount = e.amount.to_string(),
+           .reason = "failure_unrecorded",
+           .error = fmt::format("{}; recording it failed: {}", error, r.status().ToString()),
+           .trace_id = claimed.trace_id});
+    }
+    return r.status();
+  }
   const std::optional<std::string>& answer = r->at(0, 0);
   if (answer == "retry_scheduled") return Disposition::kRetryScheduled;
   if (answer == "failed") return Disposition::kFailed;

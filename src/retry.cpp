@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "absl/random/random.h"
+#include "src/internal/random.hpp"
 
 namespace idemledger {
 
@@ -16,8 +17,8 @@ absl::Duration full_jitter_backoff(const RetryPolicy& policy, int retry) {
   for (int i = 0; i < retry && ceiling < cap; ++i) ceiling *= 2;
   ceiling = std::min(ceiling, cap);
   if (ceiling <= 0) return absl::ZeroDuration();
-  thread_local absl::BitGen gen;
-  return absl::Nanoseconds(absl::Uniform<std::int64_t>(absl::IntervalClosed, gen, 0, ceiling));
+  return absl::Nanoseconds(absl::Uniform<std::int64_t>(
+      absl::IntervalClosed, internal::process_local_bitgen(), 0, ceiling));
 }
 
 }  // namespace idemledger

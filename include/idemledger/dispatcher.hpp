@@ -35,6 +35,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "idemledger/dlq.hpp"
 #include "idemledger/ledger.hpp"
 
 namespace idemledger {
@@ -54,6 +55,9 @@ struct DispatcherOptions {
   int max_recoveries = 10;
   // Receives critical alerts; nullptr means stderr_alert_sink().
   AlertSink* alerts = nullptr;
+  // Where a failure goes when the database cannot record it (the session
+  // died): a spooled dead letter. The lease still brings the event back.
+  const DeadLetterQueue* dead_letters = nullptr;
 };
 
 // An event a worker owns until its lease expires.

@@ -182,6 +182,37 @@ TEST_F(DispatcherTest, ExpiredLeaseIsRecoveredThenFailedAfterTheLimit) {
   EXPECT_EQ(balance(1), "0");
 }
 
+// The session dies while a worker holds a claim: the failure cannot be
+// recorded in the database, so it is spooled; the lease brings the event back.
+TEST_F(DispatcherTest, SessionLostMidProcess_FailureSpooledAndEventRecovered) {
+  open_account(1, "0");
+  record_pending(1, "3");
+  const std::string spool = ::testing::TempDir() + "/dispatch_" + schema_ + ".spool";
+  std::remove(spool.c_str());
+  DeadLetterQueue dlq({.schema = schema_, .spool_path = spool, .alerts = &alerts_});
+  Dispatcher d(*ledger_,
+               dispatch_options({.lease = absl::Milliseconds(100), .dead_letters = &dlq}));
+  std::unique_ptr<pg::Connection> worker = connect();
+  absl::StatusOr<std::vector<ClaimedEvent>> batch = d.claim(*worker);
+  ASSERT_EQ(batch->size(), 1u);
+  ASSERT_EQ(scalar("SELECT pg_terminate_backend(" + std::to_string(worker->backend_pid()) + ")"),
+            "t");
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_FALSE(d.process(*worker, (*batch)[0]).ok());
+
+  EXPECT_EQ(*dlq.drain_spool(*conn_), 1);
+  EXPECT_EQ(
+      count("SELECT count(*) FROM {schema}.dead_letter_queue WHERE reason = 'failure_unrecorded' "
+            "AND event_id = 'q_0'"),
+      1);
+  absl::SleepFor(absl::Milliseconds(150));
+  EXPECT_EQ(d.recover_stale(*conn_)->recovered, 1);
+  EXPECT_EQ(*d.run_once(*conn_), 1);
+  EXPECT_EQ(status_of("q_0"), "confirmed");
+  EXPECT_EQ(balance(1), "3");
+  std::remove(spool.c_str());
+}
+
 // kill -9 of a worker that holds claims, some already applied: after lease
 // expiry and recovery every event is applied exactly once.
 TEST_F(DispatcherTest, WorkerKilledHoldingClaims_EveryEventAppliedOnce) {

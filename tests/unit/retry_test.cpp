@@ -1,5 +1,8 @@
 #include "idemledger/retry.hpp"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <set>
 
 #include "gtest/gtest.h"
@@ -60,6 +63,37 @@ TEST(WithRetries, StopsOnSuccessOrPermanentFailure) {
   });
   EXPECT_EQ(calls, 1);
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace idemledger
+
+namespace idemledger {
+namespace {
+
+// Forked workers must not back off in lockstep: each process draws its own jitter.
+TEST(FullJitterBackoff, ForkedChildrenDrawDifferentJitter) {
+  const RetryPolicy policy{
+      .max_attempts = 6, .base_delay = absl::Seconds(1), .max_delay = absl::Seconds(60)};
+  (void)full_jitter_backoff(policy, 5);  // the parent's generator is seeded before fork
+  std::set<std::int64_t> draws;
+  for (int child = 0; child < 4; ++child) {
+    int fds[2];
+    ASSERT_EQ(pipe(fds), 0);
+    const pid_t pid = fork();
+    if (pid == 0) {
+      const std::int64_t us = absl::ToInt64Microseconds(full_jitter_backoff(policy, 5));
+      (void)!write(fds[1], &us, sizeof us);
+      _exit(0);
+    }
+    std::int64_t us = -1;
+    ASSERT_EQ(read(fds[0], &us, sizeof us), static_cast<ssize_t>(sizeof us));
+    waitpid(pid, nullptr, 0);
+    close(fds[0]);
+    close(fds[1]);
+    draws.insert(us);
+  }
+  EXPECT_EQ(draws.size(), 4u);
 }
 
 }  // namespace

@@ -1,0 +1,86 @@
+// idemledger/dlq.hpp — dead letters that are never lost.
+//
+// The dead_letter_queue table keeps every failed attempt (no unique on the
+// event id). Most dead letters are written by the database itself, in the
+// same transaction that fails the event (dispatcher.hpp). This is the path for
+// the moment the database cannot take one: the record is appended to a local
+// spool file (one JSON line, fsync'd) and drained back into the table when
+// the database returns; if even the spool fails, a critical alert carries the
+// whole record, so an operator can still restore it.
+//
+//   DeadLetterQueue dlq({.schema = "idemledger", .spool_path = "/var/lib/app/dlq.spool"});
+//   dlq.record(conn, letter);           // kTable, kSpool or kAlertOnly
+//   absl::StatusOr<int> n = dlq.drain_spool(conn);   // on start-up and periodically
+//
+// Guarantee: a record written to the spool reaches the table exactly once
+// (each carries a unique spool id; the table has a unique index on it), even
+// if the process dies between the drain's commit and the spool's truncation.
+// Replaying or discarding a dead letter is an operator action, never automatic.
+//
+// DeadLetterQueue is thread-safe; several processes may share one spool file
+// (every access holds an exclusive flock on it).
+#ifndef IDEMLEDGER_DLQ_HPP
+#define IDEMLEDGER_DLQ_HPP
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "idemledger/alert.hpp"
+#include "idemledger/migrate.hpp"
+
+namespace idemledger {
+
+class Connection;
+
+struct DeadLetter {
+  std::string event_id;
+  std::string event_type;
+  std::int64_t user_id = 0;
+  std::string amount;  // canonical Amount string
+  std::string reason;  // short machine-readable cause: "retries_exhausted", "not_found", ...
+  std::string error;   // the full error text
+  std::string trace_id;
+};
+
+struct DeadLetterQueueOptions {
+  std::string schema = std::string(kDefaultSchema);
+  std::string spool_path;       // a local file; its directory must exist
+  AlertSink* alerts = nullptr;  // nullptr means stderr_alert_sink()
+};
+
+class DeadLetterQueue {
+ public:
+  explicit DeadLetterQueue(DeadLetterQueueOptions options);
+
+  enum class Destination { kTable, kSpool, kAlertOnly };
+
+  // record()
+  //
+  // Writes `letter` to the table, else to the spool, else into a critical
+  // alert with the full record. Never fails silently; never throws.
+  Destination record(Connection& conn, const DeadLetter& letter) const;
+
+  // spool()
+  //
+  // Appends `letter` to the spool directly (when the caller already knows the
+  // database is gone); false if the spool could not be written and fsync'd.
+  [[nodiscard]] bool spool(const DeadLetter& letter) const;
+
+  // drain_spool()
+  //
+  // Inserts every spooled record into the table in one transaction, then
+  // empties the spool. Returns how many records were moved (0 if none).
+  [[nodiscard]] absl::StatusOr<int> drain_spool(Connection& conn) const;
+
+ private:
+  absl::Status insert(Connection& conn, const DeadLetter& letter, std::string_view spool_id) const;
+
+  DeadLetterQueueOptions options_;
+  absl::Status schema_status_;
+};
+
+}  // namespace idemledger
+
+#endif  // IDEMLEDGER_DLQ_HPP
