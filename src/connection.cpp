@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "absl/time/clock.h"
 #include "src/internal/absl_compat.hpp"
 #include "src/internal/schema_name.hpp"
 
@@ -24,6 +25,11 @@ absl::StatusOr<Result> Connection::execute_atomically(std::span<const Statement>
     if (absl::StatusOr<Result> commit = execute("COMMIT"); !commit.ok()) return commit.status();
   }
   return last;
+}
+
+absl::StatusOr<bool> Connection::wait_for_notification(absl::Duration timeout) {
+  absl::SleepFor(timeout);
+  return false;
 }
 
 absl::StatusOr<Transaction> Transaction::begin(Connection& conn, IsolationLevel level) {

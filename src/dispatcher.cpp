@@ -148,6 +148,15 @@ absl::StatusOr<int> Dispatcher::run_once(Connection& conn) const {
   return static_cast<int>(batch->size());
 }
 
+absl::Status Dispatcher::listen(Connection& conn) const {
+  if (!schema_status_.ok()) return schema_status_;
+  return conn.execute(internal::with_schema("LISTEN {schema}_events", options_.schema)).status();
+}
+
+absl::StatusOr<bool> Dispatcher::wait_for_work(Connection& conn, absl::Duration max_wait) const {
+  return conn.wait_for_notification(max_wait);
+}
+
 absl::StatusOr<RecoveryReport> Dispatcher::recover_stale(Connection& conn) const {
   if (!schema_status_.ok()) return schema_status_;
   const std::string max_recoveries = std::to_string(options_.max_recoveries);

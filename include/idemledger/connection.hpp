@@ -26,6 +26,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace idemledger {
 
@@ -78,6 +79,13 @@ class Connection {
 
   // True while the session is inside an explicit transaction block.
   [[nodiscard]] virtual bool in_transaction() const = 0;
+
+  // wait_for_notification()
+  //
+  // Blocks until a NOTIFY arrives on a channel this session LISTENs to (true)
+  // or `timeout` passes (false). The default cannot listen and just sleeps:
+  // callers then fall back to polling, which is always correct, only slower.
+  [[nodiscard]] virtual absl::StatusOr<bool> wait_for_notification(absl::Duration timeout);
 };
 
 enum class IsolationLevel { kReadCommitted, kRepeatableRead, kSerializable };

@@ -107,6 +107,18 @@ class Dispatcher {
   // claim() then process() each; returns how many events were claimed.
   [[nodiscard]] absl::StatusOr<int> run_once(Connection& conn) const;
 
+  // listen()
+  //
+  // Subscribes `conn` to the "<schema>_events" notifications intake sends.
+  // Not available behind PgBouncer in transaction mode: poll instead.
+  [[nodiscard]] absl::Status listen(Connection& conn) const;
+
+  // wait_for_work()
+  //
+  // Returns when intake notified new events on a listening `conn`, or after
+  // `max_wait` (the poll fallback); true if a notification arrived.
+  [[nodiscard]] absl::StatusOr<bool> wait_for_work(Connection& conn, absl::Duration max_wait) const;
+
   // recover_stale()
   //
   // Returns expired claims to pending, or fails them (dead letter + critical

@@ -283,6 +283,26 @@ absl::StatusOr<Result> Connection::execute_atomically(std::span<const Statement>
                          PQerrorMessage(c), /*in_doubt=*/!joins_host_transaction);
 }
 
+absl::StatusOr<bool> Connection::wait_for_notification(absl::Duration timeout) {
+  if (impl_->connection_bad()) return impl_->error(nullptr);
+  PGconn* c = impl_->conn.get();
+  const auto take_notifications = [&] {
+    bool any = false;
+    while (PGnotify* n = PQnotifies(c)) {  // one wake-up is enough; drain the rest
+      PQfreemem(n);
+      any = true;
+    }
+    return any;
+  };
+  if (PQconsumeInput(c) != 1) return impl_->error(nullptr);
+  if (take_notifications()) return true;
+  pollfd readable{.fd = PQsocket(c), .events = POLLIN, .revents = 0};
+  const int ready = poll(&readable, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout)));
+  if (ready <= 0) return false;  // timed out (or interrupted): the caller polls anyway
+  if (PQconsumeInput(c) != 1) return impl_->error(nullptr);
+  return take_notifications();
+}
+
 bool Connection::in_transaction() const {
   const PGTransactionStatusType t = PQtransactionStatus(impl_->conn.get());
   return t == PQTRANS_INTRANS || t == PQTRANS_INERROR;

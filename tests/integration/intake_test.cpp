@@ -86,6 +86,27 @@ TEST_F(Intake, WithdrawalForAnUnknownUserIsNotFound) {
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events"), 0);
 }
 
+TEST_F(Intake, AcceptedEventWakesAListeningWorker) {
+  Dispatcher d(*ledger_, {.schema = schema_, .alerts = &alerts_});
+  std::unique_ptr<pg::Connection> worker = connect();
+  ASSERT_TRUE(d.listen(*worker).ok());
+  EXPECT_FALSE(*d.wait_for_work(*worker, absl::Milliseconds(50))) << "nothing yet";
+  std::thread intake([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    std::unique_ptr<pg::Connection> c = connect();
+    const std::string body =
+        R"({"event_id":"n1","event_type":"deposit","amount":"1","to_address":"0xaaa"})";
+    EXPECT_EQ(*record_webhook_event(*c, schema_, *parse_webhook(body), "", body),
+              RecordResult::kAccepted);
+  });
+  const absl::Time start = absl::Now();
+  EXPECT_TRUE(*d.wait_for_work(*worker, absl::Seconds(10)));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "woken by NOTIFY, not by the timeout";
+  intake.join();
+  EXPECT_EQ(*d.run_once(*worker), 1);
+  EXPECT_EQ(balance(1), "1");
+}
+
 // 8 threads deliver 60 distinct events 5 times each, concurrently; workers
 // then apply them: 60 rows, each applied once.
 TEST_F(Intake, ConcurrentRedeliveriesThenWorkersApplyEachOnce) {

@@ -50,6 +50,7 @@ class Connection final : public idemledger::Connection {
   [[nodiscard]] absl::StatusOr<Result> execute_atomically(
       std::span<const Statement> statements) override;
   [[nodiscard]] bool in_transaction() const override;
+  [[nodiscard]] absl::StatusOr<bool> wait_for_notification(absl::Duration timeout) override;
 
   // True if the session is gone (closed by the server, network error, or a
   // status reported connection_broken()).
