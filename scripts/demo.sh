@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
-# demo.sh — README command 1: build, start a private PostgreSQL, run the quickstart.
+# demo.sh — README command 1: the whole service on a private PostgreSQL.
+#
+# webhook_intake + 2 outbox_worker processes; provider_simulator sends 20,000
+# events (each delivered 1-3 times, plus bad and conflicting deliveries),
+# waits until every event is terminal, prints a summary and checks every
+# invariant. Exits non-zero if one fails. SIM_EVENTS etc. override the sizes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh build
-bash scripts/with-postgres.sh build build/examples/quickstart/quickstart "$@"
+exec bash scripts/with-postgres.sh build bash scripts/demo-services.sh

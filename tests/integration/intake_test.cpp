@@ -70,6 +70,18 @@ TEST_F(Intake, UnknownAddressIsKeptForReviewAndCreditsNobody) {
             "0xnobody true");
 }
 
+TEST_F(Intake, KnownIdSentToAnUnknownAddressIsAConflict) {
+  ASSERT_EQ(
+      *record(R"({"event_id":"e1","event_type":"deposit","amount":"5","to_address":"0xaaa"})"),
+      RecordResult::kAccepted);
+  EXPECT_EQ(
+      record(R"({"event_id":"e1","event_type":"deposit","amount":"5","to_address":"0xnobody"})")
+          .status()
+          .code(),
+      absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.unmatched_deposits"), 0);
+}
+
 TEST_F(Intake, PayloadUserIdNeverDecidesWhoIsCredited) {
   ASSERT_EQ(
       *record(

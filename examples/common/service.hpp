@@ -1,0 +1,70 @@
+// Shared by the example services: configuration from the environment (with
+// startup errors that say what is wrong), JSON log lines, and SIGTERM/SIGINT
+// turned into a flag a service loop can watch.
+#ifndef IDEMLEDGER_EXAMPLES_COMMON_SERVICE_HPP
+#define IDEMLEDGER_EXAMPLES_COMMON_SERVICE_HPP
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace example {
+
+// Prints "config: <what>" and exits 2: a service must not start half-configured.
+[[noreturn]] inline void config_error(const std::string& what) {
+  std::fprintf(stderr, "config: %s\n", what.c_str());
+  std::exit(2);
+}
+
+inline std::string env_string(const char* name,
+                              std::optional<std::string> fallback = std::nullopt) {
+  const char* v = std::getenv(name);
+  if (v != nullptr && *v != '\0') return v;
+  if (!fallback) config_error(std::string(name) + " is required");
+  return *fallback;
+}
+
+inline long env_long(const char* name, long fallback, long min, long max) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || n < min || n > max) {
+    config_error(std::string(name) + " must be an integer in [" + std::to_string(min) + ", " +
+                 std::to_string(max) + "], got \"" + v + "\"");
+  }
+  return n;
+}
+
+// One JSON object per line on stdout; `fields` gets "ts" and "level" added.
+inline void log(const char* level, nlohmann::json fields) {
+  static std::mutex mu;
+  fields["ts"] = absl::FormatTime(absl::RFC3339_full, absl::Now(), absl::UTCTimeZone());
+  fields["level"] = level;
+  const std::string line =
+      fields.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  std::lock_guard<std::mutex> lock(mu);
+  std::fwrite(line.data(), 1, line.size(), stdout);
+  std::fflush(stdout);
+}
+
+// Set by SIGTERM / SIGINT; service loops finish their current work and exit.
+inline volatile std::sig_atomic_t stop_requested = 0;
+inline void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = [](int) { stop_requested = 1; };
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+}
+
+}  // namespace example
+
+#endif  // IDEMLEDGER_EXAMPLES_COMMON_SERVICE_HPP

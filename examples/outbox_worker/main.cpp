@@ -1,0 +1,93 @@
+// outbox_worker — applies recorded events: claim, apply, retry, recover.
+//
+// N threads, each with its own connection: claim a batch of due pending
+// events (SKIP LOCKED, leased), apply each through the Ledger, log one JSON
+// line per event with the trace id intake assigned, then wait for a NOTIFY
+// (or the poll interval). Thread 0 also returns expired leases to the queue
+// and drains the dead-letter spool. SIGTERM: finish the batch in hand, exit.
+//
+// Configuration (environment): IDEMLEDGER_DSN, IDEMLEDGER_SCHEMA (idemledger),
+// IDEMLEDGER_WORKER_THREADS (2), IDEMLEDGER_BATCH_SIZE (32),
+// IDEMLEDGER_LEASE_MS (30000), IDEMLEDGER_POLL_MS (500),
+// IDEMLEDGER_RETRY_BASE_MS (1000), IDEMLEDGER_DLQ_SPOOL (./dead_letters.spool).
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "../common/service.hpp"
+#include "idemledger.hpp"
+#include "idemledger/pg/pool.hpp"
+
+int main() {
+  const std::string dsn = example::env_string("IDEMLEDGER_DSN");
+  const std::string schema = example::env_string("IDEMLEDGER_SCHEMA", "idemledger");
+  const long threads = example::env_long("IDEMLEDGER_WORKER_THREADS", 2, 1, 64);
+  const long batch = example::env_long("IDEMLEDGER_BATCH_SIZE", 32, 1, 10'000);
+  const long lease_ms = example::env_long("IDEMLEDGER_LEASE_MS", 30'000, 10, 3'600'000);
+  const long poll_ms = example::env_long("IDEMLEDGER_POLL_MS", 500, 10, 60'000);
+  const long retry_base_ms = example::env_long("IDEMLEDGER_RETRY_BASE_MS", 1'000, 1, 60'000);
+  const std::string spool = example::env_string("IDEMLEDGER_DLQ_SPOOL", "dead_letters.spool");
+
+  const idemledger::Ledger ledger({.schema = schema});
+  const idemledger::DeadLetterQueue dead_letters({.schema = schema, .spool_path = spool});
+  const idemledger::Dispatcher dispatcher(ledger, {.schema = schema,
+                                                   .batch_size = static_cast<int>(batch),
+                                                   .lease = absl::Milliseconds(lease_ms),
+                                                   .retry_base = absl::Milliseconds(retry_base_ms),
+                                                   .dead_letters = &dead_letters});
+  idemledger::pg::Pool pool({.dsn = dsn, .max_size = static_cast<std::size_t>(threads)});
+  example::install_stop_handlers();
+  std::atomic<long> processed{0};
+
+  const auto work = [&](int thread) {
+    absl::Time next_maintenance = absl::InfinitePast();
+    while (!example::stop_requested) {
+      absl::StatusOr<idemledger::pg::PooledConnection> conn = pool.acquire();
+      if (!conn.ok()) {
+        example::log("warning",
+                     {{"msg", "no database connection"}, {"error", conn.status().ToString()}});
+        absl::SleepFor(absl::Milliseconds(poll_ms));
+        continue;
+      }
+      if (absl::Status s = dispatcher.listen(**conn); !s.ok())
+        continue;  // the pool replaces a dead session
+      while (!example::stop_requested && !(*conn)->is_broken()) {
+        if (thread == 0 && absl::Now() >= next_maintenance) {
+          absl::StatusOr<idemledger::RecoveryReport> r = dispatcher.recover_stale(**conn);
+          if (r.ok() && (r->recovered > 0 || r->failed > 0)) {
+            example::log(
+                "warning",
+                {{"msg", "stale claims"}, {"recovered", r->recovered}, {"failed", r->failed}});
+          }
+          if (absl::StatusOr<int> drained = dead_letters.drain_spool(**conn);
+              drained.ok() && *drained > 0) {
+            example::log("info", {{"msg", "dead-letter spool drained"}, {"records", *drained}});
+          }
+          next_maintenance = absl::Now() + absl::Seconds(1);
+        }
+        absl::StatusOr<std::vector<idemledger::ClaimedEvent>> claimed = dispatcher.claim(**conn);
+        if (!claimed.ok()) break;
+        for (const idemledger::ClaimedEvent& c : *claimed) {  // finished even if SIGTERM arrives
+          absl::StatusOr<idemledger::Disposition> d = dispatcher.process(**conn, c);
+          ++processed;
+          example::log(
+              d.ok() ? "info" : "error",
+              {{"msg", "event"},
+               {"trace_id", c.trace_id},
+               {"event_id", c.event.event_id},
+               {"event_type", std::string(idemledger::to_string(c.event.type))},
+               {"result", d.ok() ? std::string(idemledger::to_string(*d)) : d.status().ToString()},
+               {"worker", thread}});
+        }
+        if (claimed->empty()) (void)dispatcher.wait_for_work(**conn, absl::Milliseconds(poll_ms));
+      }
+    }
+  };
+  example::log("info", {{"msg", "worker started"}, {"threads", threads}, {"schema", schema}});
+  std::vector<std::thread> pool_threads;
+  pool_threads.reserve(static_cast<std::size_t>(threads));
+  for (int t = 0; t < threads; ++t) pool_threads.emplace_back(work, t);
+  for (auto& t : pool_threads) t.join();
+  example::log("info", {{"msg", "worker stopped"}, {"processed", processed.load()}});
+  return 0;
+}
