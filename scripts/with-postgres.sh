@@ -84,7 +84,7 @@ echo '"postgres" ""' >"$root_dir/userlist.txt"
 export IDEMLEDGER_PGBOUNCER_DSN="host=$root_dir/sock port=$bouncer_port dbname=postgres user=postgres"
 
 export IDEMLEDGER_PG_BIN="$pg_bin" IDEMLEDGER_PG_DATA="$root_dir/data" IDEMLEDGER_PG_SOCKET="$root_dir/sock" IDEMLEDGER_PG_PORT="$port"
-export IDEMLEDGER_PG_AS="${as_owner[*]}"
+export IDEMLEDGER_PG_AS="${as_owner[*]}" IDEMLEDGER_PG_OPTS="${IDEMLEDGER_PG_OPTS:-}"
 export IDEMLEDGER_TEST_DSN="host=$root_dir/sock port=$port dbname=postgres user=postgres"
 echo "with-postgres: PostgreSQL on port $port, PgBouncer (transaction pooling) on $bouncer_port, socket $root_dir/sock (log: $root_dir/server.log)"
 set +e

@@ -94,7 +94,11 @@ int main() {
     return new httplib::ThreadPool(static_cast<std::size_t>(threads));
   };
   server.set_payload_max_length(idemledger::kMaxWebhookBodyLength + 1);
-  server.set_tcp_nodelay(true);  // small JSON answers: Nagle + delayed ACK would add ~40 ms each
+  server.set_tcp_nodelay(true);
+  // httplib closes a keep-alive connection after 5 requests by default; a
+  // client sending just then sees a reset and must redeliver.
+  server.set_keep_alive_max_count(
+      10'000);  // small JSON answers: Nagle + delayed ACK would add ~40 ms each
 
   server.Post("/webhooks/payments", [&](const httplib::Request& req, httplib::Response& res) {
     std::string trace_id = req.get_header_value("X-Request-ID");
