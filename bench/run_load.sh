@@ -7,6 +7,9 @@
 # and the one-statement floor — and pgbench's built-in simple-update. Same
 # client count, same duration, populated start state, prepared protocol.
 # Prints deposits/s, p50/p99 latency (median over rounds) and the ratios.
+# Then, on the same server, the whole service (webhook_intake + 2 outbox_worker
+# processes, 16 provider senders, SIM_EVENTS events): webhook -> confirmed
+# events/s and time-to-confirm, next to the bare process_deposit figure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 clients=${1:-4} seconds=${2:-20} rounds=${3:-1}
@@ -79,3 +82,13 @@ for w in idemledger seed_sequence one_statement simple_update; do
   esac
   printf '%-40s %10s %9s %9s %18s\n' "$label" "${tps[$w]}" "${p50[$w]}" "${p99[$w]}" "$(ratio "${tps[idemledger]}" "${tps[$w]}")"
 done
+
+echo "service: webhook_intake + 2 outbox_worker processes, ${SIM_EVENTS:=10000} events" >&2
+SIM_EVENTS=$SIM_EVENTS bash scripts/demo-services.sh >"$work/service.log" 2>&1 || { cat "$work/service.log" >&2; exit 1; }
+service=$(sed -n 's/.*webhook -> confirmed *\([0-9]*\) events\/s; time to confirm p50 \([0-9]*\) ms, p99 \([0-9]*\) ms.*/\1 \2 \3/p' "$work/service.log")
+read -r svc_tps svc_p50 svc_p99 <<<"$service"
+printf '\nService end to end (same server, same run; %s events, each delivered 1-3 times over HTTP)\n' "$SIM_EVENTS"
+printf '%-40s %10s %9s %9s\n' workload "events/s" "p50 ms" "p99 ms"
+printf '%-40s %10s %9s %9s\n' "webhook -> confirmed (2 workers)" "$svc_tps" "$svc_p50" "$svc_p99"
+printf '%-40s %10s\n' "bare process_deposit (above)" "${tps[idemledger]}"
+printf '%-40s %10s\n' "service / bare" "$(ratio "$svc_tps" "${tps[idemledger]}")"
