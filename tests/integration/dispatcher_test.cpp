@@ -3,6 +3,7 @@
 #include "idemledger/dispatcher.hpp"
 
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <set>
@@ -250,6 +251,67 @@ TEST_F(DispatcherTest, WorkerKilledHoldingClaims_EveryEventAppliedOnce) {
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events"), kEvents);
   EXPECT_EQ(balance(1), std::to_string(kEvents));
   expect_reconciled();
+}
+
+// kill -9 while the worker's ledger transaction is inside the server: the
+// child blocks on a user row the parent holds, with its batch (and Sync)
+// already sent. Whether the orphaned transaction commits or not, recovery and
+// a second worker end every event applied exactly once.
+TEST_F(DispatcherTest, WorkerKilledMidTransaction_EveryEventAppliedOnce) {
+  constexpr int kEvents = 6;
+  open_account(1, "0");
+  record_pending(kEvents, "2");
+  const DispatcherOptions opts =
+      dispatch_options({.batch_size = kEvents, .lease = absl::Milliseconds(300)});
+  const LedgerOptions ledger_opts = options({.lock_timeout = absl::Seconds(30)});
+  std::unique_ptr<pg::Connection> holder =
+      hold_locks("SELECT 1 FROM {schema}.users WHERE id = 1 FOR NO KEY UPDATE");
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    std::unique_ptr<pg::Connection> c = connect();
+    Ledger ledger(ledger_opts);
+    Dispatcher d(ledger, opts);
+    absl::StatusOr<std::vector<ClaimedEvent>> batch = d.claim(*c);
+    const char ready = batch.ok() && batch->size() == kEvents ? 'y' : 'n';
+    (void)!write(pipe_fds[1], &ready, 1);
+    (void)d.process(*c, (*batch)[0]);  // blocks in the server on the held row
+    _exit(0);
+  }
+  char ready = 0;
+  ASSERT_EQ(read(pipe_fds[0], &ready, 1), 1);
+  ASSERT_EQ(ready, 'y');
+  // Wait until the child's transaction is really waiting on the lock.
+  for (int i = 0;
+       i < 100 && count("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                        "AND query LIKE '%apply_event%'") == 0;
+       ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_EQ(
+      count("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE "
+            "'%apply_event%'"),
+      1);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  ASSERT_TRUE(holder->execute("ROLLBACK").ok());  // the orphaned transaction may now finish
+
+  Dispatcher d(*ledger_, opts);
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (non_terminal() > 0 && absl::Now() < deadline) {
+    ASSERT_TRUE(d.recover_stale(*conn_).ok());
+    ASSERT_TRUE(d.run_once(*conn_).ok());
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(non_terminal(), 0);
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE status = 'confirmed'"),
+            kEvents);
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events"), kEvents);
+  EXPECT_EQ(balance(1), std::to_string(2 * kEvents));
+  expect_reconciled();
+  close(pipe_fds[0]);
+  close(pipe_fds[1]);
 }
 
 // Several worker processes draining one queue of mixed events.
