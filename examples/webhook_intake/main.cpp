@@ -67,7 +67,7 @@ std::string new_trace_id() {
   return buf;
 }
 
-void reply(httplib::Response& res, int status, nlohmann::json body) {
+void reply(httplib::Response& res, int status, const nlohmann::json& body) {
   res.status = status;
   res.set_content(body.dump(), "application/json");
 }
@@ -110,7 +110,7 @@ int main() {
       log["status"] = status;
       log.update(body);
       example::log(status >= 500 ? "error" : "info", log);
-      reply(res, status, std::move(body));
+      reply(res, status, body);
     };
     if (!limiter.allow(req.remote_addr)) return answer(429, {{"error", "rate limit exceeded"}});
     // The signature is checked over the raw bytes, before any parsing.

@@ -38,7 +38,7 @@ namespace idemledger {
 class Connection;
 
 inline constexpr std::size_t kMinWebhookSecretLength = 32;
-inline constexpr std::size_t kMaxWebhookBodyLength = 64 * 1024;
+inline constexpr std::size_t kMaxWebhookBodyLength = std::size_t{64} * 1024;
 inline constexpr std::size_t kMaxAddressLength = 128;
 
 class WebhookVerifier {

@@ -32,6 +32,20 @@ class DispatcherTest : public LedgerTest {
   std::string status_of(const std::string& id) {
     return scalar("SELECT status FROM {schema}.payment_events WHERE event_id = '" + id + "'");
   }
+  // What a surviving worker does after another died: recover expired leases
+  // and process until every event is terminal; then each must be applied once.
+  void recover_and_drain_expecting_all_applied(const Dispatcher& d, long events) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (non_terminal() > 0 && absl::Now() < deadline) {
+      ASSERT_TRUE(d.recover_stale(*conn_).ok());
+      ASSERT_TRUE(d.run_once(*conn_).ok());
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    EXPECT_EQ(non_terminal(), 0);
+    EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE status = 'confirmed'"),
+              events);
+    EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events"), events);
+  }
   long non_terminal() {
     return count(
         "SELECT count(*) FROM {schema}.payment_events WHERE status NOT IN ('confirmed', 'failed')");
@@ -238,17 +252,7 @@ TEST_F(DispatcherTest, WorkerKilledHoldingClaims_EveryEventAppliedOnce) {
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE status = 'enqueued'"),
             kEvents / 2);
 
-  Dispatcher d(*ledger_, opts);
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while (non_terminal() > 0 && absl::Now() < deadline) {
-    ASSERT_TRUE(d.recover_stale(*conn_).ok());
-    ASSERT_TRUE(d.run_once(*conn_).ok());
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  EXPECT_EQ(non_terminal(), 0);
-  EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE status = 'confirmed'"),
-            kEvents);
-  EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events"), kEvents);
+  recover_and_drain_expecting_all_applied(Dispatcher(*ledger_, opts), kEvents);
   EXPECT_EQ(balance(1), std::to_string(kEvents));
   expect_reconciled();
 }
@@ -297,17 +301,7 @@ TEST_F(DispatcherTest, WorkerKilledMidTransaction_EveryEventAppliedOnce) {
   waitpid(child, nullptr, 0);
   ASSERT_TRUE(holder->execute("ROLLBACK").ok());  // the orphaned transaction may now finish
 
-  Dispatcher d(*ledger_, opts);
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while (non_terminal() > 0 && absl::Now() < deadline) {
-    ASSERT_TRUE(d.recover_stale(*conn_).ok());
-    ASSERT_TRUE(d.run_once(*conn_).ok());
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  EXPECT_EQ(non_terminal(), 0);
-  EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE status = 'confirmed'"),
-            kEvents);
-  EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events"), kEvents);
+  recover_and_drain_expecting_all_applied(Dispatcher(*ledger_, opts), kEvents);
   EXPECT_EQ(balance(1), std::to_string(2 * kEvents));
   expect_reconciled();
   close(pipe_fds[0]);
