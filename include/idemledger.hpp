@@ -14,6 +14,7 @@
 #include "idemledger/intake.hpp"
 #include "idemledger/ledger.hpp"
 #include "idemledger/migrate.hpp"
+#include "idemledger/reconcile.hpp"
 #include "idemledger/retry.hpp"
 #include "idemledger/status.hpp"
 #include "idemledger/version.hpp"

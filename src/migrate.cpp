@@ -30,6 +30,10 @@ const std::vector<Migration>& migrations() {
        {
 #include "src/migrations/0002_dispatch.inc"
        }},
+      {3,
+       {
+#include "src/migrations/0003_operations.inc"
+       }},
   };
   return all;
 }
