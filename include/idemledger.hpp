@@ -15,6 +15,7 @@
 #include "idemledger/intake.hpp"
 #include "idemledger/ledger.hpp"
 #include "idemledger/migrate.hpp"
+#include "idemledger/monitor.hpp"
 #include "idemledger/reconcile.hpp"
 #include "idemledger/retry.hpp"
 #include "idemledger/status.hpp"
