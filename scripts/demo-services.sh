@@ -36,3 +36,8 @@ done
 echo "demo: webhook_intake on 127.0.0.1:$port, 2 outbox_worker processes; logs in $logs/"
 
 IDEMLEDGER_INTAKE_PORT=$port "$bin/provider_simulator/provider_simulator" run
+
+# What on-call sees afterwards: the full reconciliation and the queue's status.
+echo
+build/tools/idemledger-admin/idemledger-admin reconcile --full
+build/tools/idemledger-admin/idemledger-admin status

@@ -10,7 +10,7 @@
 //     reconcile [--full] [--window-minutes N]
 //     cleanup [--ttl-hours H]
 //
-// DSN defaults to $IDEMLEDGER_DSN. Exit codes: 0 fine, 1 findings (unhealthy,
+// DSN and schema default to $IDEMLEDGER_DSN and $IDEMLEDGER_SCHEMA. Exit codes: 0 fine, 1 findings (unhealthy,
 // out of balance, unknown id), 2 usage or connection errors.
 #include <unistd.h>
 
@@ -48,6 +48,7 @@ struct Args {
 Args parse_args(int argc, char** argv) {
   Args a;
   if (const char* dsn = std::getenv("IDEMLEDGER_DSN")) a.dsn = dsn;
+  if (const char* schema = std::getenv("IDEMLEDGER_SCHEMA"); schema != nullptr && *schema != '\0') a.schema = schema;
   for (int i = 1; i < argc; ++i) {
     const std::string w = argv[i];
     if (w == "--json" || w == "--full") {
