@@ -76,8 +76,8 @@ long deposit_load(const std::string& dsn, int clients, std::atomic<bool>& stop, 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string dsn =
-      std::getenv("IDEMLEDGER_TEST_DSN") != nullptr ? std::getenv("IDEMLEDGER_TEST_DSN") : "";
+  const char* env_dsn = std::getenv("IDEMLEDGER_TEST_DSN");
+  std::string dsn = env_dsn != nullptr ? env_dsn : "";
   long events = 1'000'000;
   int users = 10'000, clients = 2, seconds = 10;
   for (int i = 1; i + 1 < argc; i += 2) {

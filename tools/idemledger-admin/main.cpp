@@ -10,8 +10,8 @@
 //     reconcile [--full] [--window-minutes N]
 //     cleanup [--ttl-hours H]
 //
-// DSN and schema default to $IDEMLEDGER_DSN and $IDEMLEDGER_SCHEMA. Exit codes: 0 fine, 1 findings (unhealthy,
-// out of balance, unknown id), 2 usage or connection errors.
+// DSN and schema default to $IDEMLEDGER_DSN and $IDEMLEDGER_SCHEMA. Exit codes: 0 fine, 1 findings
+// (unhealthy, out of balance, unknown id), 2 usage or connection errors.
 #include <unistd.h>
 
 #include <cstdio>
@@ -48,7 +48,8 @@ struct Args {
 Args parse_args(int argc, char** argv) {
   Args a;
   if (const char* dsn = std::getenv("IDEMLEDGER_DSN")) a.dsn = dsn;
-  if (const char* schema = std::getenv("IDEMLEDGER_SCHEMA"); schema != nullptr && *schema != '\0') a.schema = schema;
+  if (const char* schema = std::getenv("IDEMLEDGER_SCHEMA"); schema != nullptr && *schema != '\0')
+    a.schema = schema;
   for (int i = 1; i < argc; ++i) {
     const std::string w = argv[i];
     if (w == "--json" || w == "--full") {
@@ -273,7 +274,7 @@ int run(idemledger::Connection& c, const Args& a) {
   }
   if (verb == "cleanup") {
     const long hours =
-        a.flags.contains("--ttl-hours") ? std::atol(a.flags.at("--ttl-hours").c_str()) : 24 * 30;
+        a.flags.contains("--ttl-hours") ? std::atol(a.flags.at("--ttl-hours").c_str()) : 24L * 30;
     absl::StatusOr<idemledger::CleanupReport> r =
         idemledger::cleanup_idempotency_records(c, {.schema = a.schema, .ttl = absl::Hours(hours)});
     if (!r.ok()) usage(r.status().ToString());
@@ -287,9 +288,14 @@ int run(idemledger::Connection& c, const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Args a = parse_args(argc, argv);
-  absl::StatusOr<std::unique_ptr<idemledger::pg::Connection>> c =
-      idemledger::pg::Connection::open(a.dsn);
-  if (!c.ok()) usage(c.status().ToString());
-  return run(**c, a);
+  try {
+    const Args a = parse_args(argc, argv);
+    absl::StatusOr<std::unique_ptr<idemledger::pg::Connection>> c =
+        idemledger::pg::Connection::open(a.dsn);
+    if (!c.ok()) usage(c.status().ToString());
+    return run(**c, a);
+  } catch (const std::exception& e) {  // e.g. JSON output of non-UTF-8 data: report, exit 2
+    std::fprintf(stderr, "idemledger-admin: %s\n", e.what());
+    return 2;
+  }
 }
