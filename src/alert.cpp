@@ -64,4 +64,8 @@ AlertSink& stderr_alert_sink() {
   return sink;
 }
 
+AlertSink& alert_sink_or_default(AlertSink* sink) {
+  return sink != nullptr ? *sink : stderr_alert_sink();
+}
+
 }  // namespace idemledger

@@ -167,7 +167,7 @@ absl::StatusOr<RecoveryReport> Dispatcher::recover_stale(Connection& conn) const
       {Param(max_recoveries), Param(limit)});
   if (!r.ok()) return r.status();
   RecoveryReport report;
-  AlertSink& sink = options_.alerts != nullptr ? *options_.alerts : stderr_alert_sink();
+  AlertSink& sink = alert_sink_or_default(options_.alerts);
   for (const auto& row : r->rows) {
     if (row[1] == "recovered") {
       ++report.recovered;

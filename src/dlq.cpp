@@ -11,6 +11,7 @@
 #include "absl/random/random.h"
 #include "idemledger/connection.hpp"
 #include "src/internal/absl_compat.hpp"
+#include "src/internal/dead_letter.hpp"
 #include "src/internal/random.hpp"
 #include "src/internal/schema_name.hpp"
 
@@ -76,13 +77,10 @@ std::string new_spool_id() {
 
 }  // namespace
 
-DeadLetterQueue::DeadLetterQueue(DeadLetterQueueOptions options)
-    : options_(std::move(options)),
-      schema_status_(internal::validate_identifier("schema", options_.schema)) {}
+namespace internal {
 
-absl::Status DeadLetterQueue::insert(Connection& conn, const DeadLetter& l,
-                                     std::string_view spool_id) const {
-  if (!schema_status_.ok()) return schema_status_;
+absl::Status insert_dead_letter(Connection& conn, std::string_view schema, const DeadLetter& l,
+                                std::string_view spool_id) {
   const std::string user = std::to_string(l.user_id);
   return conn
       .execute(
@@ -92,12 +90,18 @@ absl::Status DeadLetterQueue::insert(Connection& conn, const DeadLetter& l,
               "SELECT $1, $2, $3::bigint, $4::numeric, $5, $6, $7, $8, 1 + count(*) "
               "FROM {schema}.dead_letter_queue WHERE event_id = $1 "
               "ON CONFLICT (spool_id) WHERE spool_id IS NOT NULL DO NOTHING",
-              options_.schema),
+              schema),
           {Param(l.event_id), Param(l.event_type), Param(user), Param(l.amount), Param(l.error),
            Param(l.reason), l.trace_id.empty() ? Param() : Param(l.trace_id),
            spool_id.empty() ? Param() : Param(spool_id)})
       .status();
 }
+
+}  // namespace internal
+
+DeadLetterQueue::DeadLetterQueue(DeadLetterQueueOptions options)
+    : options_(std::move(options)),
+      schema_status_(internal::validate_identifier("schema", options_.schema)) {}
 
 bool DeadLetterQueue::spool(const DeadLetter& letter) const {
   if (options_.spool_path.empty()) return false;
@@ -107,11 +111,13 @@ bool DeadLetterQueue::spool(const DeadLetter& letter) const {
 
 DeadLetterQueue::Destination DeadLetterQueue::record(Connection& conn,
                                                      const DeadLetter& letter) const {
-  const absl::Status in_table = insert(conn, letter, "");
+  const absl::Status in_table =
+      schema_status_.ok() ? internal::insert_dead_letter(conn, options_.schema, letter, "")
+                          : schema_status_;
   if (in_table.ok()) return Destination::kTable;
   if (spool(letter)) return Destination::kSpool;
   // Last resort: the whole record in a line an operator can restore from.
-  AlertSink& sink = options_.alerts != nullptr ? *options_.alerts : stderr_alert_sink();
+  AlertSink& sink = alert_sink_or_default(options_.alerts);
   const std::string message =
       fmt::format("dead letter lost by table ({}) and spool {}: {}", in_table.message(),
                   options_.spool_path, to_json(letter, "").dump());
@@ -146,7 +152,11 @@ absl::StatusOr<int> DeadLetterQueue::drain_spool(Connection& conn) const {
                        .reason = j.value("reason", ""),
                        .error = j.value("error", ""),
                        .trace_id = j.value("trace_id", "")};
-    if (absl::Status s = insert(conn, l, j.value("spool_id", "")); !s.ok()) return s;
+    if (absl::Status s =
+            internal::insert_dead_letter(conn, options_.schema, l, j.value("spool_id", ""));
+        !s.ok()) {
+      return s;
+    }
     ++moved;
   }
   if (absl::Status s = tx->commit(); !s.ok()) return s;

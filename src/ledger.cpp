@@ -9,6 +9,7 @@
 #include "idemledger/idempotency_key.hpp"
 #include "idemledger/status.hpp"
 #include "src/internal/absl_compat.hpp"
+#include "src/internal/dead_letter.hpp"
 #include "src/internal/schema_name.hpp"
 #include "src/internal/sqlstates.hpp"
 #include "src/internal/text.hpp"
@@ -67,7 +68,7 @@ Ledger::Ledger(LedgerOptions options)
 
 void Ledger::raise_alert(AlertSeverity severity, std::string_view key,
                          std::string_view message) const {
-  AlertSink& sink = options_.alerts != nullptr ? *options_.alerts : stderr_alert_sink();
+  AlertSink& sink = alert_sink_or_default(options_.alerts);
   sink.alert({.severity = severity, .key = key, .message = message});
 }
 
@@ -102,7 +103,15 @@ absl::StatusOr<Outcome> Ledger::process_compensation(Connection& conn,
     return outcome;
   }
   // The funds are gone: nothing was debited. Make it impossible to miss.
-  absl::Status dlq = record_dead_letter(conn, event, internal::to_std(outcome.status().message()));
+  const absl::Status dlq = internal::insert_dead_letter(
+      conn, options_.schema,
+      {.event_id = event.event_id,
+       .event_type = std::string(to_string(event.type)),
+       .user_id = event.user_id,
+       .amount = event.amount.to_string(),
+       .reason = "error",
+       .error = std::string(internal::to_std(outcome.status().message()))},
+      /*spool_id=*/"");
   raise_alert(AlertSeverity::kCritical, fmt::format("reorg_compensation_failed:{}", event.event_id),
               fmt::format("{}{}", outcome.status().message(),
                           dlq.ok() ? "; recorded in dead_letter_queue"
@@ -164,21 +173,6 @@ absl::StatusOr<Outcome> Ledger::apply(Connection& conn, const PaymentEvent& even
   }
   return absl::InternalError(
       fmt::format("apply_event answered an unknown outcome: {}", answer.value_or("NULL")));
-}
-
-absl::Status Ledger::record_dead_letter(Connection& conn, const PaymentEvent& event,
-                                        std::string_view error) const {
-  const std::string user = fmt::format("{}", event.user_id);
-  const std::string amount = event.amount.to_string();
-  return conn
-      .execute(internal::with_schema("INSERT INTO {schema}.dead_letter_queue "
-                                     "(event_id, event_type, user_id, amount, error, attempt) "
-                                     "SELECT $1, $2, $3::bigint, $4::numeric, $5, 1 + count(*) "
-                                     "FROM {schema}.dead_letter_queue WHERE event_id = $1",
-                                     options_.schema),
-               {Param(event.event_id), Param(to_string(event.type)), Param(user), Param(amount),
-                Param(error)})
-      .status();
 }
 
 absl::Status Ledger::open_account(Connection& conn, std::int64_t user_id,

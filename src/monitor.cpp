@@ -38,7 +38,7 @@ absl::StatusOr<HealthReport> check_health(Connection& conn, const MonitorOptions
   (void)absl::SimpleAtoi(r->at(0, 3).value_or("0"), &h.stuck_idempotency_records);
   h.dlq_flood = h.dead_letters_last_hour > options.dlq_flood_per_hour;
 
-  AlertSink& sink = options.alerts != nullptr ? *options.alerts : stderr_alert_sink();
+  AlertSink& sink = alert_sink_or_default(options.alerts);
   const auto raise = [&](std::string_view key, const std::string& message) {
     sink.alert({.severity = AlertSeverity::kCritical, .key = key, .message = message});
   };

@@ -69,7 +69,7 @@ absl::Status Reconciler::check_batch(Connection& conn, std::string_view users_sq
 absl::Status Reconciler::finish(Connection& conn, std::string_view kind, absl::Time started,
                                 const ReconcileReport& report) const {
   if (!report.clean()) {
-    AlertSink& sink = options_.alerts != nullptr ? *options_.alerts : stderr_alert_sink();
+    AlertSink& sink = alert_sink_or_default(options_.alerts);
     const std::string key = fmt::format("reconciliation_mismatch:{}", kind);
     std::string message = fmt::format(
         "reconciliation ({}): {} of {} users out of balance, {} duplicate ledger entries", kind,

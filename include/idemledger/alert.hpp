@@ -42,6 +42,10 @@ class AlertSink {
 // The default sink: one JSON line on stderr per alert. Thread-safe.
 AlertSink& stderr_alert_sink();
 
+// `*sink`, or stderr_alert_sink() when `sink` is null (what every options
+// struct's `alerts = nullptr` means).
+AlertSink& alert_sink_or_default(AlertSink* sink);
+
 // CooldownAlertSink
 //
 // Forwards to another sink at most once per key per `cooldown`, so a stuck

@@ -75,8 +75,6 @@ class DeadLetterQueue {
   [[nodiscard]] absl::StatusOr<int> drain_spool(Connection& conn) const;
 
  private:
-  absl::Status insert(Connection& conn, const DeadLetter& letter, std::string_view spool_id) const;
-
   DeadLetterQueueOptions options_;
   absl::Status schema_status_;
 };

@@ -143,8 +143,6 @@ class Ledger {
  private:
   absl::StatusOr<Outcome> apply(Connection& conn, const PaymentEvent& event) const;
   void raise_alert(AlertSeverity severity, std::string_view key, std::string_view message) const;
-  absl::Status record_dead_letter(Connection& conn, const PaymentEvent& event,
-                                  std::string_view error) const;
 
   LedgerOptions options_;
   absl::Status schema_status_;  // every operation answers this if the schema name is unsafe
