@@ -55,6 +55,7 @@ absl::StatusOr<std::vector<ClaimedEvent>> Dispatcher::claim(Connection& conn) co
                                          options_.schema),
                    {Param(limit), Param(lease_ms)});
   if (!r.ok()) return r.status();
+  const absl::Time now = absl::Now();
   std::vector<ClaimedEvent> claimed;
   claimed.reserve(r->rows.size());
   for (const auto& row : r->rows) {
@@ -71,6 +72,10 @@ absl::StatusOr<std::vector<ClaimedEvent>> Dispatcher::claim(Connection& conn) co
     c.event.type = *type;
     (void)absl::SimpleAtoi(row[4].value_or("0"), &c.retry_count);
     c.trace_id = row[5].value_or("");
+    std::int64_t age_us = 0;
+    (void)absl::SimpleAtoi(row[6].value_or("0"), &age_us);
+    c.age_at_claim = absl::Microseconds(age_us);
+    c.claimed_at = now;
     claimed.push_back(std::move(c));
   }
   return claimed;
@@ -78,10 +83,32 @@ absl::StatusOr<std::vector<ClaimedEvent>> Dispatcher::claim(Connection& conn) co
 
 absl::StatusOr<Disposition> Dispatcher::process(Connection& conn,
                                                 const ClaimedEvent& claimed) const {
+  absl::StatusOr<Disposition> d = process_unmeasured(conn, claimed);
+  if (options_.metrics == nullptr || !d.ok()) return d;
+  LedgerMetrics& m = *options_.metrics;
+  switch (*d) {
+    case Disposition::kApplied:
+    case Disposition::kInsufficientFunds:
+      m.time_to_confirm.observe(claimed.age_at_claim + (absl::Now() - claimed.claimed_at));
+      break;
+    case Disposition::kFailed:
+      m.time_to_confirm.observe(claimed.age_at_claim + (absl::Now() - claimed.claimed_at));
+      m.dead_lettered_failed.increment();
+      break;
+    case Disposition::kRetryScheduled:
+      m.retries_scheduled.increment();
+      break;
+    case Disposition::kAlreadyApplied:  // final before this claim; counted by the Ledger
+    case Disposition::kNotClaimed:
+      break;
+  }
+  return d;
+}
+
+absl::StatusOr<Disposition> Dispatcher::process_unmeasured(Connection& conn,
+                                                           const ClaimedEvent& claimed) const {
   if (!schema_status_.ok()) return schema_status_;
-  const PaymentEvent& e = claimed.event;
-  absl::StatusOr<Outcome> outcome =
-      is_credit(e.type) ? ledger_.process_deposit(conn, e) : ledger_.process_withdrawal(conn, e);
+  absl::StatusOr<Outcome> outcome = ledger_.process_event(conn, claimed.event);
   if (!outcome.ok()) return record_failure(conn, claimed, outcome.status());
   switch (*outcome) {
     case Outcome::kApplied:
@@ -180,6 +207,10 @@ absl::StatusOr<RecoveryReport> Dispatcher::recover_stale(Connection& conn) const
         "event {} failed: its lease expired {} times (workers died or hung); see dead_letter_queue",
         id, options_.max_recoveries + 1);
     sink.alert({.severity = AlertSeverity::kCritical, .key = key, .message = message});
+  }
+  if (options_.metrics != nullptr) {
+    options_.metrics->recovered.increment(static_cast<std::uint64_t>(report.recovered));
+    options_.metrics->dead_lettered_stale.increment(static_cast<std::uint64_t>(report.failed));
   }
   return report;
 }

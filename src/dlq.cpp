@@ -9,11 +9,13 @@
 #include <string>
 
 #include "absl/random/random.h"
+#include "absl/strings/numbers.h"
 #include "idemledger/connection.hpp"
 #include "src/internal/absl_compat.hpp"
 #include "src/internal/dead_letter.hpp"
 #include "src/internal/random.hpp"
 #include "src/internal/schema_name.hpp"
+#include "src/internal/sqlstates.hpp"
 
 namespace idemledger {
 namespace {
@@ -167,6 +169,76 @@ absl::StatusOr<int> DeadLetterQueue::drain_spool(Connection& conn) const {
         fmt::format("drained {} but could not truncate {}", moved, options_.spool_path));
   }
   return moved;
+}
+
+namespace {
+
+absl::Status check_decision(std::string_view reason, std::string_view actor) {
+  if (reason.empty()) return absl::InvalidArgumentError("an operator action requires a reason");
+  if (actor.empty()) return absl::InvalidArgumentError("an operator action requires an actor");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<DeadLetterQueue::ReplayResult> DeadLetterQueue::replay(
+    Connection& conn, const Ledger& ledger, std::int64_t id, std::string_view reason,
+    std::string_view actor) const {
+  if (!schema_status_.ok()) return schema_status_;
+  if (absl::Status s = check_decision(reason, actor); !s.ok()) return s;
+  absl::StatusOr<Transaction> tx = Transaction::begin(conn);
+  if (!tx.ok()) return tx.status();
+  const std::string id_text = std::to_string(id);
+  absl::StatusOr<Result> r = conn.execute(
+      internal::with_schema("SELECT * FROM {schema}.replay_dead_letter($1::bigint, $2, $3)",
+                            options_.schema),
+      {Param(id_text), Param(reason), Param(actor)});
+  if (!r.ok()) return internal::interpret_ledger_error(r.status());
+  ReplayResult result{.event_id = r->at(0, 1).value_or("")};
+  (void)absl::SimpleAtoi(r->at(0, 5).value_or("0"), &result.audit_id);
+  if (r->at(0, 0) == "direct") {
+    PaymentEvent event{.event_id = result.event_id};
+    std::optional<EventType> type = parse_event_type(r->at(0, 2).value_or(""));
+    absl::StatusOr<Amount> amount = Amount::parse(r->at(0, 4).value_or(""));
+    if (!type || !amount.ok() || !absl::SimpleAtoi(r->at(0, 3).value_or(""), &event.user_id)) {
+      return absl::FailedPreconditionError(fmt::format(
+          "dead letter {} has no queued event and no readable type, user or amount to apply", id));
+    }
+    event.type = *type;
+    event.amount = *amount;
+    absl::StatusOr<Outcome> outcome = ledger.process_event(conn, event);
+    if (!outcome.ok()) {
+      return absl::Status(outcome.status().code(),
+                          fmt::format("replay of dead letter {}: {}; it stays open", id,
+                                      outcome.status().message()));
+    }
+    result.applied_now = *outcome;
+  }
+  if (absl::Status s = tx->commit(); !s.ok()) return s;
+  return result;
+}
+
+absl::StatusOr<std::int64_t> DeadLetterQueue::discard(Connection& conn, std::int64_t id,
+                                                      std::string_view reason,
+                                                      std::string_view actor) const {
+  if (!schema_status_.ok()) return schema_status_;
+  if (absl::Status s = check_decision(reason, actor); !s.ok()) return s;
+  const std::string id_text = std::to_string(id);
+  absl::StatusOr<Result> r = conn.execute(
+      internal::with_schema(
+          "WITH closed AS (UPDATE {schema}.dead_letter_queue SET resolved_at = now(), "
+          "resolution = 'discarded: ' || $2 "
+          "WHERE id = $1::bigint AND resolved_at IS NULL RETURNING id) "
+          "INSERT INTO {schema}.operator_actions (action, target, reason, actor) "
+          "SELECT 'dlq_discard', id::text, $2, $3 FROM closed RETURNING id",
+          options_.schema),
+      {Param(id_text), Param(reason), Param(actor)});
+  if (!r.ok()) return r.status();
+  std::int64_t audit_id = 0;
+  if (r->rows.empty() || !absl::SimpleAtoi(r->at(0, 0).value_or(""), &audit_id)) {
+    return absl::NotFoundError(fmt::format("no open dead letter {}", id));
+  }
+  return audit_id;
 }
 
 }  // namespace idemledger

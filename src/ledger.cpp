@@ -90,6 +90,10 @@ absl::StatusOr<Outcome> Ledger::process_withdrawal(Connection& conn,
   return apply(conn, event);
 }
 
+absl::StatusOr<Outcome> Ledger::process_event(Connection& conn, const PaymentEvent& event) const {
+  return apply(conn, event);
+}
+
 absl::StatusOr<Outcome> Ledger::process_compensation(Connection& conn,
                                                      std::string_view original_tx_hash,
                                                      std::int64_t user_id,
@@ -120,6 +124,32 @@ absl::StatusOr<Outcome> Ledger::process_compensation(Connection& conn,
 }
 
 absl::StatusOr<Outcome> Ledger::apply(Connection& conn, const PaymentEvent& event) const {
+  if (options_.metrics == nullptr) return apply_unmeasured(conn, event);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<Outcome> outcome = apply_unmeasured(conn, event);
+  LedgerMetrics& m = *options_.metrics;
+  m.apply_duration.observe(absl::Now() - start);
+  if (!outcome.ok()) {
+    (outcome.status().code() == absl::StatusCode::kAlreadyExists ? m.conflicts : m.errors)
+        .increment();
+    return outcome;
+  }
+  switch (*outcome) {
+    case Outcome::kApplied:
+      m.applied.increment();
+      break;
+    case Outcome::kAlreadyApplied:
+      m.duplicates.increment();
+      break;
+    case Outcome::kInsufficientFunds:
+      m.insufficient_funds.increment();
+      break;
+  }
+  return outcome;
+}
+
+absl::StatusOr<Outcome> Ledger::apply_unmeasured(Connection& conn,
+                                                 const PaymentEvent& event) const {
   if (absl::Status s = validate_event(event); !s.ok()) return s;
   if (!schema_status_.ok()) return schema_status_;
 

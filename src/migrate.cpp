@@ -34,6 +34,10 @@ const std::vector<Migration>& migrations() {
        {
 #include "src/migrations/0003_operations.inc"
        }},
+      {4,
+       {
+#include "src/migrations/0004_replay_and_metrics.inc"
+       }},
   };
   return all;
 }
@@ -48,15 +52,21 @@ absl::Status check(const absl::StatusOr<Result>& r, std::string_view what) {
                       fmt::format("migrate: {}: {}", what, r.status().message()));
 }
 
-// Keeps the database's copy of the FSM equal to kValidTransitions, on every run.
+// Keeps the database's copy of the FSM equal to kValidTransitions plus
+// kOperatorTransitions (marked operator_only), on every run.
 absl::Status sync_transitions(Connection& conn, std::string_view schema) {
-  std::string from = "{", to = "{";
-  for (const auto& [f, t] : kValidTransitions) {
-    fmt::format_to(std::back_inserter(from), "{}{}", from.size() > 1 ? "," : "", to_string(f));
-    fmt::format_to(std::back_inserter(to), "{}{}", to.size() > 1 ? "," : "", to_string(t));
-  }
+  std::string from = "{", to = "{", operator_only = "{";
+  const auto add = [&](EventStatus f, EventStatus t, bool by_operator) {
+    const char* sep = from.size() > 1 ? "," : "";
+    fmt::format_to(std::back_inserter(from), "{}{}", sep, to_string(f));
+    fmt::format_to(std::back_inserter(to), "{}{}", sep, to_string(t));
+    fmt::format_to(std::back_inserter(operator_only), "{}{}", sep, by_operator);
+  };
+  for (const auto& [f, t] : kValidTransitions) add(f, t, false);
+  for (const auto& [f, t] : kOperatorTransitions) add(f, t, true);
   from += "}";
   to += "}";
+  operator_only += "}";
   if (absl::Status s = check(
           conn.execute(internal::with_schema("DELETE FROM {schema}.event_transitions", schema)),
           "clear event_transitions");
@@ -64,10 +74,11 @@ absl::Status sync_transitions(Connection& conn, std::string_view schema) {
     return s;
   }
   return check(conn.execute(internal::with_schema(
-                                "INSERT INTO {schema}.event_transitions (from_status, to_status) "
-                                "SELECT * FROM unnest($1::text[], $2::text[])",
+                                "INSERT INTO {schema}.event_transitions "
+                                "(from_status, to_status, operator_only) "
+                                "SELECT * FROM unnest($1::text[], $2::text[], $3::boolean[])",
                                 schema),
-                            {Param(from), Param(to)}),
+                            {Param(from), Param(to), Param(operator_only)}),
                "fill event_transitions");
 }
 

@@ -68,6 +68,11 @@ absl::Status Reconciler::check_batch(Connection& conn, std::string_view users_sq
 
 absl::Status Reconciler::finish(Connection& conn, std::string_view kind, absl::Time started,
                                 const ReconcileReport& report) const {
+  if (options_.metrics != nullptr) {
+    (report.clean() ? options_.metrics->reconciliations_clean
+                    : options_.metrics->reconciliations_with_findings)
+        .increment();
+  }
   if (!report.clean()) {
     AlertSink& sink = alert_sink_or_default(options_.alerts);
     const std::string key = fmt::format("reconciliation_mismatch:{}", kind);

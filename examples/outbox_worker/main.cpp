@@ -9,11 +9,13 @@
 // Configuration (environment): IDEMLEDGER_DSN, IDEMLEDGER_SCHEMA (idemledger),
 // IDEMLEDGER_WORKER_THREADS (2), IDEMLEDGER_BATCH_SIZE (32),
 // IDEMLEDGER_LEASE_MS (30000), IDEMLEDGER_POLL_MS (500),
-// IDEMLEDGER_RETRY_BASE_MS (1000), IDEMLEDGER_DLQ_SPOOL (./dead_letters.spool).
+// IDEMLEDGER_RETRY_BASE_MS (1000), IDEMLEDGER_DLQ_SPOOL (./dead_letters.spool),
+// IDEMLEDGER_METRICS_PORT (-1 = no /metrics; 0 = any free port, logged).
 #include <atomic>
 #include <thread>
 #include <vector>
 
+#include "../common/http.hpp"
 #include "../common/service.hpp"
 #include "idemledger.hpp"
 #include "idemledger/pg/pool.hpp"
@@ -27,16 +29,32 @@ int main() {
   const long poll_ms = example::env_long("IDEMLEDGER_POLL_MS", 500, 10, 60'000);
   const long retry_base_ms = example::env_long("IDEMLEDGER_RETRY_BASE_MS", 1'000, 1, 60'000);
   const std::string spool = example::env_string("IDEMLEDGER_DLQ_SPOOL", "dead_letters.spool");
+  const long metrics_port = example::env_long("IDEMLEDGER_METRICS_PORT", -1, -1, 65535);
 
-  const idemledger::Ledger ledger({.schema = schema});
+  idemledger::MetricsRegistry registry;
+  idemledger::LedgerMetrics metrics(registry);
+  const idemledger::Ledger ledger({.schema = schema, .metrics = &metrics});
   const idemledger::DeadLetterQueue dead_letters({.schema = schema, .spool_path = spool});
   const idemledger::Dispatcher dispatcher(ledger, {.schema = schema,
                                                    .batch_size = static_cast<int>(batch),
                                                    .lease = absl::Milliseconds(lease_ms),
                                                    .retry_base = absl::Milliseconds(retry_base_ms),
-                                                   .dead_letters = &dead_letters});
-  idemledger::pg::Pool pool({.dsn = dsn, .max_size = static_cast<std::size_t>(threads)});
+                                                   .dead_letters = &dead_letters,
+                                                   .metrics = &metrics});
+  // One connection per worker thread, one more for scrapes.
+  idemledger::pg::Pool pool({.dsn = dsn, .max_size = static_cast<std::size_t>(threads) + 1});
   example::install_stop_handlers();
+
+  httplib::Server metrics_server;
+  std::thread metrics_thread;
+  if (metrics_port >= 0) {
+    metrics_server.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
+      example::serve_metrics(res, registry, metrics, pool, schema);
+    });
+    const int bound = example::bind_loopback(metrics_server, metrics_port);
+    example::log("info", {{"msg", "metrics listening"}, {"port", bound}});
+    metrics_thread = std::thread([&] { metrics_server.listen_after_bind(); });
+  }
   std::atomic<long> processed{0};
 
   const auto work = [&](int thread) {
@@ -88,6 +106,10 @@ int main() {
   pool_threads.reserve(static_cast<std::size_t>(threads));
   for (int t = 0; t < threads; ++t) pool_threads.emplace_back(work, t);
   for (auto& t : pool_threads) t.join();
+  if (metrics_thread.joinable()) {
+    metrics_server.stop();
+    metrics_thread.join();
+  }
   example::log("info", {{"msg", "worker stopped"}, {"processed", processed.load()}});
   return 0;
 }

@@ -5,6 +5,8 @@
 //     409 same event id, other content 429 over the per-client rate limit
 //     200 {"result":"accepted"|"duplicate"|"unmatched_address","trace_id":...}
 //   GET /healthz               200 if the database answers, 503 otherwise
+//   GET /metrics               Prometheus text: requests by status, results,
+//                              queue depth, open dead letters, last reconciliation
 //
 // Configuration (environment): IDEMLEDGER_DSN, IDEMLEDGER_WEBHOOK_SECRET (>= 32
 // bytes), IDEMLEDGER_SCHEMA (idemledger), IDEMLEDGER_LISTEN_PORT (0 = any; the
@@ -17,6 +19,7 @@
 #include <random>
 #include <thread>
 
+#include "../common/http.hpp"
 #include "../common/service.hpp"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
@@ -89,6 +92,14 @@ int main() {
 
   idemledger::pg::Pool pool({.dsn = dsn, .max_size = static_cast<std::size_t>(threads)});
   RateLimiter limiter(rate);
+  idemledger::MetricsRegistry registry;
+  idemledger::LedgerMetrics queue_metrics(registry);
+  const auto count_request = [&registry](int status, std::string_view result) {
+    registry
+        .counter("idemledger_webhook_requests_total", "Webhook deliveries answered, by status.",
+                 {{"status", std::to_string(status)}, {"result", std::string(result)}})
+        .increment();
+  };
   httplib::Server server;
   server.new_task_queue = [threads] {
     return new httplib::ThreadPool(static_cast<std::size_t>(threads));
@@ -106,6 +117,7 @@ int main() {
     res.set_header("X-Request-ID", trace_id);
     nlohmann::json log = {{"msg", "webhook"}, {"trace_id", trace_id}, {"client", req.remote_addr}};
     const auto answer = [&](int status, nlohmann::json body) {
+      count_request(status, body.value("result", "refused"));
       body["trace_id"] = trace_id;
       log["status"] = status;
       log.update(body);
@@ -148,12 +160,12 @@ int main() {
     reply(res, up ? 200 : 503, {{"database", up ? "up" : "down"}});
   });
 
+  server.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
+    example::serve_metrics(res, registry, queue_metrics, pool, schema);
+  });
+
   example::install_stop_handlers();
-  const int bound =
-      port == 0 ? server.bind_to_any_port("127.0.0.1")
-                : (server.bind_to_port("127.0.0.1", static_cast<int>(port)) ? static_cast<int>(port)
-                                                                            : -1);
-  if (bound < 0) example::config_error("cannot listen on 127.0.0.1:" + std::to_string(port));
+  const int bound = example::bind_loopback(server, port);
   std::thread stopper([&] {
     while (!example::stop_requested) absl::SleepFor(absl::Milliseconds(100));
     server.stop();  // stops accepting; in-flight requests finish

@@ -37,6 +37,7 @@
 #include "absl/time/time.h"
 #include "idemledger/dlq.hpp"
 #include "idemledger/ledger.hpp"
+#include "idemledger/metrics.hpp"
 
 namespace idemledger {
 
@@ -58,6 +59,9 @@ struct DispatcherOptions {
   // Where a failure goes when the database cannot record it (the session
   // died): a spooled dead letter. The lease still brings the event back.
   const DeadLetterQueue* dead_letters = nullptr;
+  // Retries, dead letters, recoveries and time-to-confirm; nullptr records
+  // nothing. (Give the Ledger the same object for outcomes and latency.)
+  LedgerMetrics* metrics = nullptr;
 };
 
 // An event a worker owns until its lease expires.
@@ -65,6 +69,10 @@ struct ClaimedEvent {
   PaymentEvent event;
   int retry_count = 0;
   std::string trace_id;
+  // Since intake recorded it, as the server saw at claim time, and when the
+  // claim returned here: time-to-confirm without comparing two clocks.
+  absl::Duration age_at_claim;
+  absl::Time claimed_at;
 };
 
 // What became of one claimed event.
@@ -126,6 +134,8 @@ class Dispatcher {
   [[nodiscard]] absl::StatusOr<RecoveryReport> recover_stale(Connection& conn) const;
 
  private:
+  absl::StatusOr<Disposition> process_unmeasured(Connection& conn,
+                                                 const ClaimedEvent& claimed) const;
   absl::StatusOr<Disposition> record_failure(Connection& conn, const ClaimedEvent& claimed,
                                              const absl::Status& failure) const;
 

@@ -23,11 +23,13 @@
 #define IDEMLEDGER_DLQ_HPP
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "absl/status/statusor.h"
 #include "idemledger/alert.hpp"
+#include "idemledger/ledger.hpp"
 #include "idemledger/migrate.hpp"
 
 namespace idemledger {
@@ -73,6 +75,38 @@ class DeadLetterQueue {
   // Inserts every spooled record into the table in one transaction, then
   // empties the spool. Returns how many records were moved (0 if none).
   [[nodiscard]] absl::StatusOr<int> drain_spool(Connection& conn) const;
+
+  // What an operator decided about one dead letter, and what came of it.
+  struct ReplayResult {
+    std::string event_id;
+    std::int64_t audit_id = 0;  // the operator_actions row
+    // Unset: the event is pending again and a worker applies it. Set: the
+    // dead letter had no queued event (a reorg compensation, a host-recorded
+    // letter) and was applied now, with this outcome.
+    std::optional<Outcome> applied_now;
+  };
+
+  // replay()
+  //
+  // Re-enters the normal exactly-once path for dead letter `id`: in one
+  // transaction, records (action, reason, actor) in operator_actions, closes
+  // every open dead letter of the event, and either moves its failed event
+  // back to pending with fresh retry budgets (the operator-only FSM edge) or
+  // applies it through `ledger` at once. If that apply fails, nothing changed
+  // and the letter stays open. kNotFound: no such letter; kFailedPrecondition:
+  // already resolved; kInvalidArgument: empty reason or actor.
+  // REQUIRES: `ledger` uses this queue's schema.
+  [[nodiscard]] absl::StatusOr<ReplayResult> replay(Connection& conn, const Ledger& ledger,
+                                                    std::int64_t id, std::string_view reason,
+                                                    std::string_view actor) const;
+
+  // discard()
+  //
+  // Closes dead letter `id` without replaying it and records who and why.
+  // Returns the operator_actions id. kNotFound if no such open letter.
+  [[nodiscard]] absl::StatusOr<std::int64_t> discard(Connection& conn, std::int64_t id,
+                                                     std::string_view reason,
+                                                     std::string_view actor) const;
 
  private:
   DeadLetterQueueOptions options_;

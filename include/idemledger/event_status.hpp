@@ -51,6 +51,14 @@ inline constexpr std::array<std::pair<EventStatus, EventStatus>, 8> kValidTransi
     {EventStatus::kProcessing, EventStatus::kFailed},
 }};
 
+// Edges only an audited operator action takes, never transition_event_status():
+// replaying a dead letter (idemledger-admin dlq replay) returns a failed event,
+// which never touched a balance, to pending. migrate() copies them into the
+// database table marked operator_only.
+inline constexpr std::array<std::pair<EventStatus, EventStatus>, 1> kOperatorTransitions = {{
+    {EventStatus::kFailed, EventStatus::kPending},
+}};
+
 [[nodiscard]] constexpr bool is_valid_transition(EventStatus from, EventStatus to) {
   for (const auto& [f, t] : kValidTransitions) {
     if (f == from && t == to) return true;

@@ -42,6 +42,7 @@
 #include "idemledger/alert.hpp"
 #include "idemledger/amount.hpp"
 #include "idemledger/event_type.hpp"
+#include "idemledger/metrics.hpp"
 #include "idemledger/migrate.hpp"
 
 namespace idemledger {
@@ -77,6 +78,8 @@ struct LedgerOptions {
   bool write_notifications = false;
   // Receives critical alerts; nullptr means stderr_alert_sink().
   AlertSink* alerts = nullptr;
+  // Outcome counters and the apply latency histogram; nullptr records nothing.
+  LedgerMetrics* metrics = nullptr;
 };
 
 // A user whose balance disagrees with initial_balance + SUM(balance_events).
@@ -106,6 +109,16 @@ class Ledger {
   // REQUIRES: event.type is kWithdrawal or kWithdrawalFee.
   [[nodiscard]] absl::StatusOr<Outcome> process_withdrawal(Connection& conn,
                                                            const PaymentEvent& event) const;
+
+  // process_event()
+  //
+  // Applies an event of any type: process_deposit() or process_withdrawal()
+  // by type, and a reorg_compensation as a plain debit that answers
+  // kFailedPrecondition when it exceeds the balance (without the dead letter
+  // and alert process_compensation() adds). What the dispatcher and dead-letter
+  // replays use.
+  [[nodiscard]] absl::StatusOr<Outcome> process_event(Connection& conn,
+                                                      const PaymentEvent& event) const;
 
   // process_compensation()
   //
@@ -142,6 +155,7 @@ class Ledger {
 
  private:
   absl::StatusOr<Outcome> apply(Connection& conn, const PaymentEvent& event) const;
+  absl::StatusOr<Outcome> apply_unmeasured(Connection& conn, const PaymentEvent& event) const;
   void raise_alert(AlertSeverity severity, std::string_view key, std::string_view message) const;
 
   LedgerOptions options_;

@@ -10,9 +10,11 @@ namespace {
 
 std::optional<absl::StatusCode> code_for(std::string_view state) {
   if (state == kConflictingReplay) return absl::StatusCode::kAlreadyExists;
-  if (state == kUnknownUser || state == kEventNotFound) return absl::StatusCode::kNotFound;
+  if (state == kUnknownUser || state == kEventNotFound || state == kDeadLetterNotFound) {
+    return absl::StatusCode::kNotFound;
+  }
   if (state == kCompensationExceedsBalance || state == kInvalidTransition ||
-      state == kEventTerminal) {
+      state == kEventTerminal || state == kDeadLetterResolved) {
     return absl::StatusCode::kFailedPrecondition;
   }
   if (state == kConcurrentChange || state == kRecordInFlight) return absl::StatusCode::kAborted;

@@ -19,6 +19,8 @@ inline constexpr std::string_view kEventNotFound = "IL011";       // kNotFound
 inline constexpr std::string_view kEventTerminal = "IL012";       // kFailedPrecondition
 inline constexpr std::string_view kConcurrentChange = "IL013";    // kAborted (retry)
 inline constexpr std::string_view kInconsistentRecord = "IL014";  // kInternal (alert)
+inline constexpr std::string_view kDeadLetterNotFound = "IL015";  // kNotFound
+inline constexpr std::string_view kDeadLetterResolved = "IL016";  // kFailedPrecondition
 inline constexpr std::string_view kRecordInFlight = "IL020";      // kAborted (retry)
 
 // Translates a failed ledger statement into the status a caller acts on. Our

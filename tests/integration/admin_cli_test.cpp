@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gmock/gmock.h"
+#include "idemledger/dispatcher.hpp"
 #include "tests/integration/test_db.hpp"
 
 namespace idemledger::testing {
@@ -84,6 +85,38 @@ TEST_F(AdminCli, DeadLettersListShowDiscardWithAudit) {
   EXPECT_EQ(admin("dlq show 999999").exit_code, 1);
   nlohmann::json listed = nlohmann::json::parse(admin("--json dlq list", false).out);
   EXPECT_TRUE(listed.is_array() && listed.empty());
+}
+
+TEST_F(AdminCli, DeadLetterReplayAppliesExactlyOnce) {
+  // x1 has no queued event: replay applies it now, through the Ledger.
+  const std::string direct = scalar("SELECT id FROM {schema}.dead_letter_queue");
+  EXPECT_EQ(admin("dlq replay " + direct).exit_code, 2) << "a reason is required";
+  CliRun r = admin("dlq replay " + direct + " --reason 'lock holder gone'");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("event x1 applied now: applied"));
+  EXPECT_EQ(balance(1), "12");
+  r = admin("dlq replay " + direct + " --reason twice");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("already resolved"));
+  EXPECT_EQ(balance(1), "12");
+
+  // A queued event that ended failed: replay puts it back for the workers.
+  record_event(event("q1", EventType::kDeposit, 1, "4"), "failed");
+  exec("INSERT INTO {schema}.dead_letter_queue (event_id, event_type, user_id, amount, error, "
+       "reason) VALUES ('q1', 'deposit', 1, 4, 'user row locked', 'retries_exhausted')");
+  const std::string queued =
+      scalar("SELECT id FROM {schema}.dead_letter_queue WHERE event_id = 'q1'");
+  r = admin("dlq replay " + queued + " --reason 'after the incident'");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("event q1 is pending again"));
+  const Dispatcher d(*ledger_, {.schema = schema_, .alerts = &alerts_});
+  EXPECT_EQ(*d.run_once(*conn_), 1);
+  EXPECT_EQ(*d.run_once(*conn_), 0);
+  EXPECT_EQ(scalar("SELECT status FROM {schema}.payment_events WHERE event_id = 'q1'"), "confirmed");
+  EXPECT_EQ(balance(1), "16");
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.operator_actions WHERE action = 'dlq_replay'"), 2);
+  EXPECT_EQ(admin("dlq replay 999999 --reason x").exit_code, 1);
+  expect_reconciled();
 }
 
 TEST_F(AdminCli, ReconcileAndCleanup) {

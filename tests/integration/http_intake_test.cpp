@@ -13,16 +13,20 @@
 #include "idemledger/dispatcher.hpp"
 #include "idemledger/intake.hpp"
 #include "tests/integration/test_db.hpp"
+#include "tests/prometheus_text.hpp"
 
 namespace idemledger::testing {
 namespace {
 
 const std::string kSecret(40, 's');
 
-// Starts webhook_intake on a free port against `schema`; stops it with SIGTERM.
-class IntakeProcess {
+// Starts an example service binary against `schema` with `env` added, and
+// reads the port from its "<listening_msg>" log line; stops it with SIGTERM.
+class ServiceProcess {
  public:
-  IntakeProcess(const std::string& schema, long rate_limit) {
+  ServiceProcess(const char* binary, const std::string& schema,
+                 const std::vector<std::pair<std::string, std::string>>& env,
+                 const std::string& listening_msg) {
     int out[2];
     if (pipe(out) != 0) std::abort();
     pid_ = fork();
@@ -31,19 +35,16 @@ class IntakeProcess {
       close(out[0]);
       setenv("IDEMLEDGER_DSN", test_dsn().c_str(), 1);
       setenv("IDEMLEDGER_SCHEMA", schema.c_str(), 1);
-      setenv("IDEMLEDGER_WEBHOOK_SECRET", kSecret.c_str(), 1);
-      setenv("IDEMLEDGER_LISTEN_PORT", "0", 1);
-      setenv("IDEMLEDGER_RATE_LIMIT_RPS", std::to_string(rate_limit).c_str(), 1);
-      execl(IDEMLEDGER_WEBHOOK_INTAKE_BINARY, "webhook_intake", nullptr);
+      for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
+      execl(binary, binary, nullptr);
       _exit(127);
     }
     close(out[1]);
-    // The first line says where it listens.
     FILE* logs = fdopen(out[0], "r");
     char line[4096];
     while (port_ == 0 && std::fgets(line, sizeof line, logs) != nullptr) {
       const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-      if (!j.is_discarded() && j.value("msg", "") == "listening") port_ = j.value("port", 0);
+      if (!j.is_discarded() && j.value("msg", "") == listening_msg) port_ = j.value("port", 0);
     }
     // Keep draining its logs so it never blocks on a full pipe.
     drain_ = std::thread([logs] {
@@ -53,7 +54,7 @@ class IntakeProcess {
       std::fclose(logs);
     });
   }
-  ~IntakeProcess() {
+  ~ServiceProcess() {
     if (pid_ > 0 && exit_code_ < 0) (void)stop();
     drain_.join();
   }
@@ -72,6 +73,16 @@ class IntakeProcess {
   int port_ = 0;
   int exit_code_ = -1;
   std::thread drain_;
+};
+
+class IntakeProcess : public ServiceProcess {
+ public:
+  IntakeProcess(const std::string& schema, long rate_limit)
+      : ServiceProcess(IDEMLEDGER_WEBHOOK_INTAKE_BINARY, schema,
+                       {{"IDEMLEDGER_WEBHOOK_SECRET", kSecret},
+                        {"IDEMLEDGER_LISTEN_PORT", "0"},
+                        {"IDEMLEDGER_RATE_LIMIT_RPS", std::to_string(rate_limit)}},
+                       "listening") {}
 };
 
 class HttpIntake : public LedgerTest {
@@ -187,6 +198,51 @@ TEST_F(HttpIntake, ThousandConcurrentDeliveriesOfThreeHundredEvents) {
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events"), kEvents);
   EXPECT_EQ(balance(1), "450");
   expect_reconciled();
+}
+
+// Both services serve /metrics that a Prometheus server would accept, and
+// the counters follow the traffic: intake answers, worker outcomes, queue.
+TEST_F(HttpIntake, MetricsFollowTheEventsThroughIntakeAndWorker) {
+  IntakeProcess intake(schema_, 100'000);
+  httplib::Client c("127.0.0.1", intake.port());
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(post(c, deposit("m" + std::to_string(i)))->status, 200);
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(post(c, deposit("m" + std::to_string(i)))->status, 200);
+  ASSERT_EQ(post(c, deposit("m0"), "")->status, 401);
+
+  const auto scrape = [](int port) {
+    httplib::Client m("127.0.0.1", port);
+    httplib::Result r = m.Get("/metrics");
+    EXPECT_TRUE(r && r->status == 200);
+    EXPECT_EQ(r->get_header_value("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
+    absl::StatusOr<PrometheusSamples> parsed = parse_prometheus_text(r ? r->body : "");
+    EXPECT_TRUE(parsed.ok()) << parsed.status();
+    return parsed.ok() ? *parsed : PrometheusSamples{};
+  };
+  PrometheusSamples s = scrape(intake.port());
+  EXPECT_EQ(s["idemledger_webhook_requests_total{status=\"200\",result=\"accepted\"}"], "20");
+  EXPECT_EQ(s["idemledger_webhook_requests_total{status=\"200\",result=\"duplicate\"}"], "5");
+  EXPECT_EQ(s["idemledger_webhook_requests_total{status=\"401\",result=\"refused\"}"], "1");
+  EXPECT_EQ(s["idemledger_queue_events{status=\"pending\"}"], "20");
+  EXPECT_EQ(s["idemledger_metrics_database_up"], "1");
+
+  ServiceProcess worker(IDEMLEDGER_OUTBOX_WORKER_BINARY, schema_,
+                        {{"IDEMLEDGER_METRICS_PORT", "0"},
+                         {"IDEMLEDGER_POLL_MS", "20"},
+                         {"IDEMLEDGER_DLQ_SPOOL", ::testing::TempDir() + "/" + schema_ + ".spool"}},
+                        "metrics listening");
+  ASSERT_GT(worker.port(), 0);
+  // Counters move just after each commit, so wait on the scrape itself.
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while ((s = scrape(worker.port()))["idemledger_time_to_confirm_seconds_count"] != "20" &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(s["idemledger_ledger_outcomes_total{outcome=\"applied\"}"], "20");
+  EXPECT_EQ(s["idemledger_time_to_confirm_seconds_count"], "20");
+  EXPECT_EQ(s["idemledger_apply_duration_seconds_count"], "20");
+  EXPECT_EQ(s["idemledger_queue_events{status=\"pending\"}"], "0");
+  EXPECT_EQ(balance(1), "100");
+  EXPECT_EQ(worker.stop(), 0);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 //     stats                           events, outcomes, ledger totals
 //     dlq list [--limit N]            open dead letters, newest first
 //     dlq show ID                     one dead letter and its event
+//     dlq replay ID --reason TEXT     back through the exactly-once path (audited)
 //     dlq discard ID --reason TEXT    close it without replaying (audited)
 //     reconcile [--full] [--window-minutes N]
 //     cleanup [--ttl-hours H]
@@ -21,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "idemledger.hpp"
 #include "idemledger/pg/connection.hpp"
 
@@ -39,7 +41,7 @@ struct Args {
   std::fprintf(stderr,
                "idemledger-admin: %s\n"
                "usage: idemledger-admin [--dsn DSN] [--schema S] [--json] "
-               "migrate|status|stats|dlq list|dlq show ID|dlq discard ID --reason TEXT|"
+               "migrate|status|stats|dlq list|dlq show ID|dlq replay|discard ID --reason TEXT|"
                "reconcile [--full]|cleanup [--ttl-hours H]\n",
                why.c_str());
   std::exit(2);
@@ -215,22 +217,43 @@ int run(idemledger::Connection& c, const Args& a) {
       }
       return 0;
     }
-    if (sub == "discard") {
+    if (sub == "discard" || sub == "replay") {
       if (!a.flags.contains("--reason") || a.flags.at("--reason").empty())
-        usage("discard requires --reason");
-      const idemledger::Result r =
-          query(c, a,
-                "WITH closed AS (UPDATE {schema}.dead_letter_queue SET resolved_at = now(), "
-                "resolution = 'discarded: ' || $2 "
-                "WHERE id = $1::bigint AND resolved_at IS NULL RETURNING id) "
-                "INSERT INTO {schema}.operator_actions (action, target, reason, actor) "
-                "SELECT 'dlq_discard', id::text, $2, $3 FROM closed RETURNING id",
-                {Param(id), Param(a.flags.at("--reason")), Param(actor())});
-      if (r.rows.empty()) {
-        std::fprintf(stderr, "no open dead letter %s\n", id.c_str());
-        return 1;
+        usage(sub + " requires --reason");
+      std::int64_t letter = 0;
+      if (!absl::SimpleAtoi(id, &letter)) usage("dead letter id must be an integer: " + id);
+      const std::string& reason = a.flags.at("--reason");
+      const idemledger::DeadLetterQueue dlq({.schema = a.schema});
+      // A refusal the operator can act on (no such letter, already resolved,
+      // still not applicable) is a finding (1); anything else is an error (2).
+      const auto refused = [](const absl::Status& s) {
+        std::fprintf(stderr, "idemledger-admin: %s\n", std::string(s.message()).c_str());
+        return s.code() == absl::StatusCode::kNotFound ||
+                       s.code() == absl::StatusCode::kFailedPrecondition
+                   ? 1
+                   : 2;
+      };
+      if (sub == "discard") {
+        absl::StatusOr<std::int64_t> audit = dlq.discard(c, letter, reason, actor());
+        if (!audit.ok()) return refused(audit.status());
+        std::printf("dead letter %s discarded (audit record %lld)\n", id.c_str(),
+                    static_cast<long long>(*audit));
+        return 0;
       }
-      std::printf("dead letter %s discarded (audit record %s)\n", id.c_str(), r.at(0, 0)->c_str());
+      const idemledger::Ledger ledger({.schema = a.schema});
+      absl::StatusOr<idemledger::DeadLetterQueue::ReplayResult> r =
+          dlq.replay(c, ledger, letter, reason, actor());
+      if (!r.ok()) return refused(r.status());
+      if (r->applied_now) {
+        std::printf("dead letter %s replayed (audit record %lld): event %s applied now: %s\n",
+                    id.c_str(), static_cast<long long>(r->audit_id), r->event_id.c_str(),
+                    std::string(idemledger::to_string(*r->applied_now)).c_str());
+      } else {
+        std::printf(
+            "dead letter %s replayed (audit record %lld): event %s is pending again; "
+            "a worker applies it once\n",
+            id.c_str(), static_cast<long long>(r->audit_id), r->event_id.c_str());
+      }
       return 0;
     }
   }

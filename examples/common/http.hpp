@@ -1,0 +1,45 @@
+// Shared by the example services' HTTP endpoints: binding on loopback, and
+// GET /metrics in Prometheus text with the database-derived gauges (queue
+// depth, open dead letters, last reconciliation) refreshed on each scrape.
+#ifndef IDEMLEDGER_EXAMPLES_COMMON_HTTP_HPP
+#define IDEMLEDGER_EXAMPLES_COMMON_HTTP_HPP
+
+#include <httplib.h>
+
+#include <string>
+
+#include "idemledger/metrics.hpp"
+#include "idemledger/pg/pool.hpp"
+#include "service.hpp"
+
+namespace example {
+
+// Binds `server` to 127.0.0.1:`port` (0: any free port) and returns the port;
+// a port that cannot be had is a configuration error.
+inline int bind_loopback(httplib::Server& server, long port) {
+  const int bound =
+      port == 0 ? server.bind_to_any_port("127.0.0.1")
+                : (server.bind_to_port("127.0.0.1", static_cast<int>(port)) ? static_cast<int>(port)
+                                                                            : -1);
+  if (bound < 0) config_error("cannot listen on 127.0.0.1:" + std::to_string(port));
+  return bound;
+}
+
+// Answers a scrape. If the database is unreachable the counters are still
+// served (they live in this process); the gauges keep their last values and
+// idemledger_metrics_database_up says 0.
+inline void serve_metrics(httplib::Response& res, idemledger::MetricsRegistry& registry,
+                          idemledger::LedgerMetrics& metrics, idemledger::pg::Pool& pool,
+                          const std::string& schema) {
+  absl::StatusOr<idemledger::pg::PooledConnection> conn = pool.acquire();
+  const bool up = conn.ok() && idemledger::refresh_queue_gauges(**conn, schema, metrics).ok();
+  registry
+      .gauge("idemledger_metrics_database_up",
+             "1 if the last scrape read the queue gauges from the database.")
+      .set(up ? 1 : 0);
+  res.set_content(registry.render(), "text/plain; version=0.0.4; charset=utf-8");
+}
+
+}  // namespace example
+
+#endif  // IDEMLEDGER_EXAMPLES_COMMON_HTTP_HPP
