@@ -14,6 +14,7 @@
 #include "idemledger/idempotency_key.hpp"
 #include "idemledger/intake.hpp"
 #include "idemledger/ledger.hpp"
+#include "idemledger/log.hpp"
 #include "idemledger/metrics.hpp"
 #include "idemledger/migrate.hpp"
 #include "idemledger/monitor.hpp"

@@ -22,18 +22,30 @@ IDEMLEDGER_LISTEN_PORT=0 IDEMLEDGER_RATE_LIMIT_RPS=100000 "$bin/webhook_intake/w
 pids+=($!)
 for w in 1 2; do
   IDEMLEDGER_WORKER_THREADS=2 IDEMLEDGER_RETRY_BASE_MS=50 IDEMLEDGER_DLQ_SPOOL="$logs/worker$w.spool" \
-    "$bin/outbox_worker/outbox_worker" >"$logs/worker$w.log" 2>&1 &
+    IDEMLEDGER_METRICS_PORT=0 "$bin/outbox_worker/outbox_worker" >"$logs/worker$w.log" 2>&1 &
   pids+=($!)
 done
 
-port=""
-for _ in $(seq 1 100); do
-  port=$(sed -n 's/.*"msg":"listening".*"port":\([0-9]*\).*/\1/p; s/.*"port":\([0-9]*\).*"msg":"listening".*/\1/p' "$logs/intake.log" | head -n 1)
-  [[ -n "$port" ]] && break
-  sleep 0.1
-done
-[[ -n "$port" ]] || { echo "webhook_intake did not start:" >&2; cat "$logs/intake.log" >&2; exit 1; }
-echo "demo: webhook_intake on 127.0.0.1:$port, 2 outbox_worker processes; logs in $logs/"
+# The port a service logged in its '{"msg":"<what>",...,"port":N}' line.
+logged_port() {
+  local log=$1 what=$2 p=""
+  for _ in $(seq 1 100); do
+    p=$(sed -n "s/.*\"msg\":\"$what\".*\"port\":\([0-9]*\).*/\1/p; s/.*\"port\":\([0-9]*\).*\"msg\":\"$what\".*/\1/p" "$log" | head -n 1)
+    [[ -n "$p" ]] && { echo "$p"; return; }
+    sleep 0.1
+  done
+  echo "$log: no \"$what\" line:" >&2; cat "$log" >&2; exit 1
+}
+# GET /metrics with bash alone (no curl on a fresh machine); the body only.
+scrape() {
+  exec 3<>"/dev/tcp/127.0.0.1/$1"
+  printf 'GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
+  sed '1,/^\r$/d' <&3
+  exec 3<&-
+}
+port=$(logged_port "$logs/intake.log" listening)
+metrics_ports=("$(logged_port "$logs/worker1.log" "metrics listening")" "$(logged_port "$logs/worker2.log" "metrics listening")")
+echo "demo: webhook_intake on 127.0.0.1:$port, 2 outbox_worker processes (/metrics on ${metrics_ports[*]}); logs in $logs/"
 
 IDEMLEDGER_INTAKE_PORT=$port "$bin/provider_simulator/provider_simulator" run
 
@@ -41,3 +53,11 @@ IDEMLEDGER_INTAKE_PORT=$port "$bin/provider_simulator/provider_simulator" run
 echo
 build/tools/idemledger-admin/idemledger-admin reconcile --full
 build/tools/idemledger-admin/idemledger-admin status
+
+# And what a Prometheus server scrapes (full text in $logs/*.prom).
+scrape "$port" >"$logs/intake.prom"
+for i in 0 1; do scrape "${metrics_ports[$i]}" >"$logs/worker$((i + 1)).prom"; done
+echo
+echo "metrics excerpt (webhook_intake, then worker 1 of 2):"
+grep -E '^idemledger_webhook_requests_total' "$logs/intake.prom"
+grep -E '^idemledger_(ledger_outcomes_total|retries_scheduled_total|dead_lettered_total|recovered_total|time_to_confirm_seconds_(count|sum)|time_to_confirm_seconds_bucket\{le="0\.(01|05|1)"\}|apply_duration_seconds_bucket\{le="0\.001"\}|apply_duration_seconds_count|queue_events|dead_letters_open|last_reconciliation_timestamp_seconds)' "$logs/worker1.prom"

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <cctype>
+#include <span>
 
 #include "absl/strings/numbers.h"
 #include "idemledger/connection.hpp"
@@ -84,6 +86,10 @@ absl::StatusOr<std::vector<ClaimedEvent>> Dispatcher::claim(Connection& conn) co
 absl::StatusOr<Disposition> Dispatcher::process(Connection& conn,
                                                 const ClaimedEvent& claimed) const {
   absl::StatusOr<Disposition> d = process_unmeasured(conn, claimed);
+  if (d.ok() && (*d == Disposition::kApplied || *d == Disposition::kAlreadyApplied ||
+                 *d == Disposition::kInsufficientFunds)) {
+    log_disposition(claimed, *d, "");  // failures are logged with their error where recorded
+  }
   if (options_.metrics == nullptr || !d.ok()) return d;
   LedgerMetrics& m = *options_.metrics;
   switch (*d) {
@@ -144,6 +150,9 @@ absl::StatusOr<Disposition> Dispatcher::record_failure(Connection& conn,
         {Param(claimed.event.event_id), Param(reason), Param(error)});
   }
   if (!r.ok()) {
+    emit_log(options_.log, LogLevel::kError, "event failure not recorded; its lease brings it back",
+             claimed.trace_id, claimed.event.event_id,
+             {{"error", error}, {"recording_error", r.status().ToString()}});
     if (options_.dead_letters != nullptr) {
       const PaymentEvent& e = claimed.event;
       (void)options_.dead_letters->spool(
@@ -158,9 +167,30 @@ absl::StatusOr<Disposition> Dispatcher::record_failure(Connection& conn,
     return r.status();
   }
   const std::optional<std::string>& answer = r->at(0, 0);
-  if (answer == "retry_scheduled") return Disposition::kRetryScheduled;
-  if (answer == "failed") return Disposition::kFailed;
-  return Disposition::kNotClaimed;
+  const Disposition d = answer == "retry_scheduled" ? Disposition::kRetryScheduled
+                        : answer == "failed"        ? Disposition::kFailed
+                                                    : Disposition::kNotClaimed;
+  log_disposition(claimed, d, error);
+  return d;
+}
+
+void Dispatcher::log_disposition(const ClaimedEvent& claimed, Disposition d,
+                                 std::string_view error) const {
+  if (options_.log == nullptr) return;
+  const LogLevel level = d == Disposition::kFailed ? LogLevel::kError
+                         : d == Disposition::kRetryScheduled || d == Disposition::kNotClaimed
+                             ? LogLevel::kWarning
+                             : LogLevel::kInfo;
+  const std::string amount = claimed.event.amount.to_string();
+  const std::array<LogField, 6> fields = {{{"event_type", to_string(claimed.event.type)},
+                                           {"user_id", claimed.event.user_id},
+                                           {"amount", amount},
+                                           {"result", to_string(d)},
+                                           {"retry_count", std::int64_t{claimed.retry_count}},
+                                           {"error", error}}};
+  // The error field (last) only when there is one.
+  emit_log(options_.log, level, "event", claimed.trace_id, claimed.event.event_id,
+           std::span<const LogField>(fields).first(error.empty() ? 5 : 6));
 }
 
 absl::StatusOr<int> Dispatcher::run_once(Connection& conn) const {
@@ -196,12 +226,15 @@ absl::StatusOr<RecoveryReport> Dispatcher::recover_stale(Connection& conn) const
   RecoveryReport report;
   AlertSink& sink = alert_sink_or_default(options_.alerts);
   for (const auto& row : r->rows) {
+    const std::string id = row[0].value_or("");
     if (row[1] == "recovered") {
       ++report.recovered;
+      emit_log(options_.log, LogLevel::kWarning, "lease expired; event back to pending", "", id);
       continue;
     }
     ++report.failed;
-    const std::string id = row[0].value_or("");
+    emit_log(options_.log, LogLevel::kError, "lease expired too often; event failed", "", id,
+             {{"reason", "stale_recoveries_exhausted"}});
     const std::string key = "stale_recoveries_exhausted:" + id;
     const std::string message = fmt::format(
         "event {} failed: its lease expired {} times (workers died or hung); see dead_letter_queue",

@@ -108,7 +108,14 @@ DeadLetterQueue::DeadLetterQueue(DeadLetterQueueOptions options)
 bool DeadLetterQueue::spool(const DeadLetter& letter) const {
   if (options_.spool_path.empty()) return false;
   LockedFile file(options_.spool_path);
-  return file.ok() && file.append_durably(to_json(letter, new_spool_id()).dump() + "\n");
+  const bool spooled =
+      file.ok() && file.append_durably(to_json(letter, new_spool_id()).dump() + "\n");
+  if (spooled) {
+    emit_log(options_.log, LogLevel::kWarning, "dead letter spooled; the database did not take it",
+             letter.trace_id, letter.event_id,
+             {{"reason", letter.reason}, {"spool", options_.spool_path}});
+  }
+  return spooled;
 }
 
 DeadLetterQueue::Destination DeadLetterQueue::record(Connection& conn,
@@ -168,6 +175,8 @@ absl::StatusOr<int> DeadLetterQueue::drain_spool(Connection& conn) const {
     return absl::UnavailableError(
         fmt::format("drained {} but could not truncate {}", moved, options_.spool_path));
   }
+  emit_log(options_.log, LogLevel::kInfo, "dead-letter spool drained into the table", "", "",
+           {{"records", std::int64_t{moved}}, {"spool", options_.spool_path}});
   return moved;
 }
 

@@ -68,6 +68,13 @@ absl::Status Reconciler::check_batch(Connection& conn, std::string_view users_sq
 
 absl::Status Reconciler::finish(Connection& conn, std::string_view kind, absl::Time started,
                                 const ReconcileReport& report) const {
+  emit_log(options_.log, report.clean() ? LogLevel::kInfo : LogLevel::kError, "reconciliation",
+           "", "",
+           {{"kind", kind},
+            {"users_checked", report.users_checked},
+            {"mismatches", static_cast<std::int64_t>(report.mismatches.size())},
+            {"duplicates", static_cast<std::int64_t>(report.duplicates.size())},
+            {"took_ms", absl::ToInt64Milliseconds(absl::Now() - started)}});
   if (options_.metrics != nullptr) {
     (report.clean() ? options_.metrics->reconciliations_clean
                     : options_.metrics->reconciliations_with_findings)

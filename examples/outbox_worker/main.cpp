@@ -33,14 +33,19 @@ int main() {
 
   idemledger::MetricsRegistry registry;
   idemledger::LedgerMetrics metrics(registry);
+  // The library's own lines (one per event, with intake's trace id; spool
+  // writes and drains; recoveries) go to stdout beside ours.
+  idemledger::JsonLineLogSink logs(stdout);
   const idemledger::Ledger ledger({.schema = schema, .metrics = &metrics});
-  const idemledger::DeadLetterQueue dead_letters({.schema = schema, .spool_path = spool});
+  const idemledger::DeadLetterQueue dead_letters(
+      {.schema = schema, .spool_path = spool, .log = &logs});
   const idemledger::Dispatcher dispatcher(ledger, {.schema = schema,
                                                    .batch_size = static_cast<int>(batch),
                                                    .lease = absl::Milliseconds(lease_ms),
                                                    .retry_base = absl::Milliseconds(retry_base_ms),
                                                    .dead_letters = &dead_letters,
-                                                   .metrics = &metrics});
+                                                   .metrics = &metrics,
+                                                   .log = &logs});
   // One connection per worker thread, one more for scrapes.
   idemledger::pg::Pool pool({.dsn = dsn, .max_size = static_cast<std::size_t>(threads) + 1});
   example::install_stop_handlers();
@@ -71,31 +76,15 @@ int main() {
         continue;  // the pool replaces a dead session
       while (!example::stop_requested && !(*conn)->is_broken()) {
         if (thread == 0 && absl::Now() >= next_maintenance) {
-          absl::StatusOr<idemledger::RecoveryReport> r = dispatcher.recover_stale(**conn);
-          if (r.ok() && (r->recovered > 0 || r->failed > 0)) {
-            example::log(
-                "warning",
-                {{"msg", "stale claims"}, {"recovered", r->recovered}, {"failed", r->failed}});
-          }
-          if (absl::StatusOr<int> drained = dead_letters.drain_spool(**conn);
-              drained.ok() && *drained > 0) {
-            example::log("info", {{"msg", "dead-letter spool drained"}, {"records", *drained}});
-          }
+          (void)dispatcher.recover_stale(**conn);   // logs what it recovers
+          (void)dead_letters.drain_spool(**conn);  // logs what it drains
           next_maintenance = absl::Now() + absl::Seconds(1);
         }
         absl::StatusOr<std::vector<idemledger::ClaimedEvent>> claimed = dispatcher.claim(**conn);
         if (!claimed.ok()) break;
         for (const idemledger::ClaimedEvent& c : *claimed) {  // finished even if SIGTERM arrives
-          absl::StatusOr<idemledger::Disposition> d = dispatcher.process(**conn, c);
+          (void)dispatcher.process(**conn, c);  // logs one line per event
           ++processed;
-          example::log(
-              d.ok() ? "info" : "error",
-              {{"msg", "event"},
-               {"trace_id", c.trace_id},
-               {"event_id", c.event.event_id},
-               {"event_type", std::string(idemledger::to_string(c.event.type))},
-               {"result", d.ok() ? std::string(idemledger::to_string(*d)) : d.status().ToString()},
-               {"worker", thread}});
         }
         if (claimed->empty()) (void)dispatcher.wait_for_work(**conn, absl::Milliseconds(poll_ms));
       }

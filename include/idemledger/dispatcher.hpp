@@ -31,12 +31,14 @@
 #define IDEMLEDGER_DISPATCHER_HPP
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "idemledger/dlq.hpp"
 #include "idemledger/ledger.hpp"
+#include "idemledger/log.hpp"
 #include "idemledger/metrics.hpp"
 
 namespace idemledger {
@@ -62,6 +64,9 @@ struct DispatcherOptions {
   // Retries, dead letters, recoveries and time-to-confirm; nullptr records
   // nothing. (Give the Ledger the same object for outcomes and latency.)
   LedgerMetrics* metrics = nullptr;
+  // One structured line per processed event (with intake's trace id) and per
+  // recovery; nullptr logs nothing.
+  LogSink* log = nullptr;
 };
 
 // An event a worker owns until its lease expires.
@@ -136,6 +141,7 @@ class Dispatcher {
  private:
   absl::StatusOr<Disposition> process_unmeasured(Connection& conn,
                                                  const ClaimedEvent& claimed) const;
+  void log_disposition(const ClaimedEvent& claimed, Disposition d, std::string_view error) const;
   absl::StatusOr<Disposition> record_failure(Connection& conn, const ClaimedEvent& claimed,
                                              const absl::Status& failure) const;
 

@@ -30,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "idemledger/alert.hpp"
 #include "idemledger/ledger.hpp"
+#include "idemledger/log.hpp"
 #include "idemledger/migrate.hpp"
 
 namespace idemledger {
@@ -50,6 +51,7 @@ struct DeadLetterQueueOptions {
   std::string schema = std::string(kDefaultSchema);
   std::string spool_path;       // a local file; its directory must exist
   AlertSink* alerts = nullptr;  // nullptr means stderr_alert_sink()
+  LogSink* log = nullptr;       // spooling and draining; nullptr logs nothing
 };
 
 class DeadLetterQueue {

@@ -30,6 +30,7 @@
 #include "idemledger/alert.hpp"
 #include "idemledger/connection.hpp"
 #include "idemledger/ledger.hpp"
+#include "idemledger/log.hpp"
 
 namespace idemledger {
 
@@ -54,6 +55,7 @@ struct ReconcilerOptions {
   std::int64_t batch_users = 1000;  // users per snapshot in a full pass
   AlertSink* alerts = nullptr;      // nullptr means stderr_alert_sink()
   LedgerMetrics* metrics = nullptr;  // runs by result; nullptr records nothing
+  LogSink* log = nullptr;            // one line per run; nullptr logs nothing
 };
 
 class Reconciler {

@@ -6,10 +6,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "gmock/gmock.h"
 #include "idemledger/idempotency_key.hpp"
+#include "idemledger/intake.hpp"
+#include "idemledger/log.hpp"
 #include "idemledger/retry.hpp"
 #include "tests/integration/test_db.hpp"
 
@@ -344,6 +349,47 @@ TEST_F(DispatcherTest, FourWorkerProcessesDrainTheQueueExactlyOnce) {
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events"),
             count("SELECT count(*) FROM {schema}.payment_events WHERE status = 'confirmed'"));
   expect_reconciled();
+}
+
+// The trace id intake assigned follows the event into the worker's log line
+// and into its dead letter.
+TEST_F(DispatcherTest, LogsEachEventWithIntakesTraceId) {
+  open_account(1, "0");
+  exec("INSERT INTO {schema}.deposit_addresses VALUES ('0xaaa', 1)");
+  const std::string body =
+      R"({"event_id":"t1","event_type":"deposit","amount":"2","to_address":"0xaaa"})";
+  ASSERT_TRUE(record_webhook_event(*conn_, schema_, *parse_webhook(body), "trace-t1", body).ok());
+  record_event(event("t2", EventType::kDeposit, 1, "1"), "pending");
+  exec("UPDATE {schema}.payment_events SET trace_id = 'trace-t2' WHERE event_id = 't2'");
+  exec("INSERT INTO {schema}.processed_events VALUES ('" + idempotency_key("t2", "deposit") +
+       "', 'another fingerprint', 'success')");
+
+  std::FILE* out = std::tmpfile();
+  ASSERT_NE(out, nullptr);
+  {
+    JsonLineLogSink logs(out);
+    Dispatcher d(*ledger_, dispatch_options({.log = &logs}));
+    ASSERT_EQ(*d.run_once(*conn_), 2);
+  }
+  std::rewind(out);
+  std::map<std::string, nlohmann::json> by_event;
+  char line[8192];
+  while (std::fgets(line, sizeof line, out) != nullptr) {
+    nlohmann::json j = nlohmann::json::parse(line);
+    by_event[j.value("event_id", "")] = j;
+  }
+  std::fclose(out);
+  ASSERT_EQ(by_event.size(), 2u);
+  EXPECT_EQ(by_event["t1"]["trace_id"], "trace-t1");
+  EXPECT_EQ(by_event["t1"]["level"], "info");
+  EXPECT_EQ(by_event["t1"]["result"], "applied");
+  EXPECT_EQ(by_event["t1"]["amount"], "2");
+  EXPECT_EQ(by_event["t2"]["trace_id"], "trace-t2");
+  EXPECT_EQ(by_event["t2"]["level"], "error");
+  EXPECT_EQ(by_event["t2"]["result"], "failed");
+  EXPECT_NE(by_event["t2"]["error"].get<std::string>().find("conflicting replay"), std::string::npos);
+  EXPECT_EQ(scalar("SELECT trace_id FROM {schema}.dead_letter_queue WHERE event_id = 't2'"),
+            "trace-t2");
 }
 
 }  // namespace
