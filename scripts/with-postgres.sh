@@ -6,8 +6,10 @@
 # listening on a free port on 127.0.0.1 and a unix socket in DIR. Runs COMMAND
 # with IDEMLEDGER_TEST_DSN / IDEMLEDGER_PG_* exported and stops the server on
 # exit, whatever COMMAND did. Extra server settings: IDEMLEDGER_PG_OPTS.
-# In front of it, PgBouncer in transaction pooling mode (IDEMLEDGER_PGBOUNCER_DSN),
-# for the tests that must hold behind a pooler.
+# In front of it, PgBouncer in transaction pooling mode: IDEMLEDGER_PGBOUNCER_DSN
+# (3 server sessions shared by all clients, for the pooler-specific tests) and
+# IDEMLEDGER_PGBOUNCER_SUITE_DSN (a larger pool, for the whole integration suite's
+# second pass: its fork tests hold more transactions open at once).
 set -euo pipefail
 [[ $# -ge 2 ]] || { echo "usage: $0 DIR COMMAND [ARGS...]" >&2; exit 2; }
 root_dir=$(mkdir -p "$1" && cd "$1" && pwd)/pg
@@ -64,6 +66,7 @@ for candidate in $(seq $((port + 1)) 56999); do
 done
 cat >"$root_dir/pgbouncer.ini" <<INI
 [databases]
+suite = host=$root_dir/sock port=$port dbname=postgres pool_size=40
 * = host=$root_dir/sock port=$port
 [pgbouncer]
 listen_addr = 127.0.0.1
@@ -82,6 +85,7 @@ echo '"postgres" ""' >"$root_dir/userlist.txt"
 "${as_owner[@]}" /usr/sbin/pgbouncer -q -d "$root_dir/pgbouncer.ini" \
   || { cat "$root_dir/pgbouncer.log" >&2; exit 1; }
 export IDEMLEDGER_PGBOUNCER_DSN="host=$root_dir/sock port=$bouncer_port dbname=postgres user=postgres"
+export IDEMLEDGER_PGBOUNCER_SUITE_DSN="host=$root_dir/sock port=$bouncer_port dbname=suite user=postgres"
 
 export IDEMLEDGER_PG_BIN="$pg_bin" IDEMLEDGER_PG_DATA="$root_dir/data" IDEMLEDGER_PG_SOCKET="$root_dir/sock" IDEMLEDGER_PG_PORT="$port"
 export IDEMLEDGER_PG_AS="${as_owner[*]}" IDEMLEDGER_PG_OPTS="${IDEMLEDGER_PG_OPTS:-}"

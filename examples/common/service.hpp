@@ -43,6 +43,12 @@ inline long env_long(const char* name, long fallback, long min, long max) {
   return n;
 }
 
+// IDEMLEDGER_PREPARED_STATEMENTS=0 sends every statement unnamed, which
+// PgBouncer before 1.21 needs in transaction pooling mode; 1 (default) prepares.
+inline bool env_prepared_statements() {
+  return env_long("IDEMLEDGER_PREPARED_STATEMENTS", 1, 0, 1) == 1;
+}
+
 // One JSON object per line on stdout; `fields` gets "ts" and "level" added.
 inline void log(const char* level, nlohmann::json fields) {
   static std::mutex mu;

@@ -10,7 +10,9 @@
 // IDEMLEDGER_WORKER_THREADS (2), IDEMLEDGER_BATCH_SIZE (32),
 // IDEMLEDGER_LEASE_MS (30000), IDEMLEDGER_POLL_MS (500),
 // IDEMLEDGER_RETRY_BASE_MS (1000), IDEMLEDGER_DLQ_SPOOL (./dead_letters.spool),
-// IDEMLEDGER_METRICS_PORT (-1 = no /metrics; 0 = any free port, logged).
+// IDEMLEDGER_METRICS_PORT (-1 = no /metrics; 0 = any free port, logged),
+// IDEMLEDGER_PREPARED_STATEMENTS (1; 0 behind PgBouncer < 1.21, where LISTEN
+// is not delivered either and the poll interval does the waking).
 #include <atomic>
 #include <thread>
 #include <vector>
@@ -47,7 +49,10 @@ int main() {
                                                    .metrics = &metrics,
                                                    .log = &logs});
   // One connection per worker thread, one more for scrapes.
-  idemledger::pg::Pool pool({.dsn = dsn, .max_size = static_cast<std::size_t>(threads) + 1});
+  idemledger::pg::Pool pool(
+      {.dsn = dsn,
+       .max_size = static_cast<std::size_t>(threads) + 1,
+       .connection = {.prepared_statements = example::env_prepared_statements()}});
   example::install_stop_handlers();
 
   httplib::Server metrics_server;

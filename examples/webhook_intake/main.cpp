@@ -12,7 +12,8 @@
 // bytes), IDEMLEDGER_SCHEMA (idemledger), IDEMLEDGER_LISTEN_PORT (0 = any; the
 // chosen port is logged), IDEMLEDGER_TIMESTAMP_TOLERANCE_S (0 = unsigned
 // timestamps not required), IDEMLEDGER_RATE_LIMIT_RPS (per client, 200),
-// IDEMLEDGER_HTTP_THREADS (32). SIGTERM stops accepting and drains.
+// IDEMLEDGER_HTTP_THREADS (32), IDEMLEDGER_PREPARED_STATEMENTS (1; 0 behind
+// PgBouncer < 1.21). SIGTERM stops accepting and drains.
 #include <httplib.h>
 
 #include <atomic>
@@ -90,7 +91,10 @@ int main() {
       example::env_string("IDEMLEDGER_WEBHOOK_SECRET"), absl::Seconds(tolerance_s));
   if (!verifier.ok()) example::config_error(std::string(verifier.status().message()));
 
-  idemledger::pg::Pool pool({.dsn = dsn, .max_size = static_cast<std::size_t>(threads)});
+  idemledger::pg::Pool pool(
+      {.dsn = dsn,
+       .max_size = static_cast<std::size_t>(threads),
+       .connection = {.prepared_statements = example::env_prepared_statements()}});
   RateLimiter limiter(rate);
   idemledger::MetricsRegistry registry;
   idemledger::LedgerMetrics queue_metrics(registry);

@@ -205,6 +205,7 @@ TEST_F(DispatcherTest, ExpiredLeaseIsRecoveredThenFailedAfterTheLimit) {
 // The session dies while a worker holds a claim: the failure cannot be
 // recorded in the database, so it is spooled; the lease brings the event back.
 TEST_F(DispatcherTest, SessionLostMidProcess_FailureSpooledAndEventRecovered) {
+  IDEMLEDGER_NEEDS_OWN_SESSION("pg_terminate_backend of the worker's backend");
   open_account(1, "0");
   record_pending(1, "3");
   const std::string spool = ::testing::TempDir() + "/dispatch_" + schema_ + ".spool";

@@ -73,6 +73,7 @@ TEST_F(Dlq, GoesToTheTableWhileTheDatabaseIsUp) {
 }
 
 TEST_F(Dlq, DatabaseGone_SpooledThenDrainedExactlyOnce) {
+  IDEMLEDGER_NEEDS_OWN_SESSION("a session the server killed");
   std::unique_ptr<pg::Connection> gone = dead_connection();
   EXPECT_EQ(queue().record(*gone, letter("e1")), DeadLetterQueue::Destination::kSpool);
   EXPECT_EQ(queue().record(*gone, letter("e2")), DeadLetterQueue::Destination::kSpool);
@@ -108,6 +109,7 @@ TEST_F(Dlq, TornLastLineIsSkippedNotFatal) {
 }
 
 TEST_F(Dlq, SpoolUnwritable_CriticalAlertCarriesTheRecord) {
+  IDEMLEDGER_NEEDS_OWN_SESSION("a session the server killed");
   std::unique_ptr<pg::Connection> gone = dead_connection();
   DeadLetterQueue q = queue("/nonexistent-dir/dlq.spool");
   EXPECT_EQ(q.record(*gone, letter("e1")), DeadLetterQueue::Destination::kAlertOnly);

@@ -113,6 +113,7 @@ TEST_F(Fault, TimeoutsAreTransactionScoped) {
 }
 
 TEST_F(Fault, SessionKilledByServer_IsRetryableAndMarkedBroken) {
+  IDEMLEDGER_NEEDS_OWN_SESSION("pg_terminate_backend of its own backend");
   open_account(1, "0");
   std::unique_ptr<pg::Connection> victim = connect();
   const std::string pid = std::to_string(victim->backend_pid());
@@ -134,6 +135,7 @@ TEST_F(Fault, SessionKilledByServer_IsRetryableAndMarkedBroken) {
 // runs. The client cannot know whether the commit happened, so it must say
 // "in doubt" (and here it did not happen).
 TEST_F(Fault, SessionKilledMidPipeline_ReportsCommitInDoubt) {
+  IDEMLEDGER_NEEDS_OWN_SESSION("pg_terminate_backend mid-pipeline");
   exec("CREATE TABLE {schema}.t (x int)");
   for (const bool host_transaction : {false, true}) {
     std::unique_ptr<pg::Connection> victim = connect();

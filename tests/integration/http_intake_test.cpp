@@ -35,6 +35,7 @@ class ServiceProcess {
       close(out[0]);
       setenv("IDEMLEDGER_DSN", test_dsn().c_str(), 1);
       setenv("IDEMLEDGER_SCHEMA", schema.c_str(), 1);
+      if (via_pgbouncer()) setenv("IDEMLEDGER_PREPARED_STATEMENTS", "0", 1);
       for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
       execl(binary, binary, nullptr);
       _exit(127);

@@ -99,6 +99,7 @@ TEST_F(Intake, WithdrawalForAnUnknownUserIsNotFound) {
 }
 
 TEST_F(Intake, AcceptedEventWakesAListeningWorker) {
+  IDEMLEDGER_NEEDS_OWN_SESSION("LISTEN");
   Dispatcher d(*ledger_, {.schema = schema_, .alerts = &alerts_});
   std::unique_ptr<pg::Connection> worker = connect();
   ASSERT_TRUE(d.listen(*worker).ok());

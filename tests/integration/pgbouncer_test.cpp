@@ -94,5 +94,35 @@ TEST_F(PgBouncer, LedgerSettingsNeverLeakToOtherClients) {
   EXPECT_EQ(balance(1), "20");
 }
 
+// The server session under our transaction dies (killed, crashed, restarted
+// by an operator) while PgBouncer keeps our client connection: the deposit is
+// reported retryable, nothing of it was committed, and the retry applies once.
+TEST_F(PgBouncer, ServerSessionKilledUnderOurTransaction_RetryAppliesOnce) {
+  open_account(1, "0");
+  const pg::ConnectionOptions unnamed{.prepared_statements = false};
+  std::unique_ptr<pg::Connection> victim = std::move(*pg::Connection::open(bouncer_dsn(), unnamed));
+  ASSERT_TRUE(victim->execute("BEGIN").ok());  // pins one server session until COMMIT
+  const std::string server_pid = victim->execute("SELECT pg_backend_pid()")->at(0, 0).value_or("");
+  ASSERT_EQ(scalar("SELECT pg_terminate_backend(" + server_pid + ")"), "t");
+  absl::SleepFor(absl::Milliseconds(100));
+  const PaymentEvent e = event("k_1", EventType::kDeposit, 1, "2");
+  absl::StatusOr<Outcome> r = ledger_->process_deposit(*victim, e);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(is_retryable(r.status())) << r.status();
+  EXPECT_EQ(balance(1), "0");
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.processed_events"), 0);
+
+  pg::Pool pool({.dsn = bouncer_dsn(), .max_size = 1, .connection = unnamed});
+  absl::StatusOr<Outcome> retried = with_retries({.max_attempts = 5}, [&]() -> absl::StatusOr<Outcome> {
+    absl::StatusOr<pg::PooledConnection> c = pool.acquire();
+    if (!c.ok()) return c.status();
+    return ledger_->process_deposit(**c, e);
+  });
+  ASSERT_TRUE(retried.ok()) << retried.status();
+  EXPECT_EQ(*retried, Outcome::kApplied);
+  EXPECT_EQ(balance(1), "2");
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events"), 1);
+}
+
 }  // namespace
 }  // namespace idemledger::testing

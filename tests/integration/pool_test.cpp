@@ -13,7 +13,10 @@ namespace idemledger::testing {
 namespace {
 
 pg::PoolOptions small_pool(std::size_t size) {
-  return {.dsn = test_dsn(), .max_size = size, .acquire_timeout = absl::Milliseconds(300)};
+  return {.dsn = test_dsn(),
+          .max_size = size,
+          .acquire_timeout = absl::Milliseconds(300),
+          .connection = test_connection_options()};
 }
 
 TEST(Pool, CreatesLazilyAndBoundsWaiting) {
@@ -48,6 +51,7 @@ TEST(Pool, RollsBackAConnectionLeftInsideATransaction) {
 }
 
 TEST(Pool, ReplacesASessionTheServerClosed) {
+  IDEMLEDGER_NEEDS_OWN_SESSION("pg_terminate_backend of a pooled session");
   pg::Pool pool(small_pool(1));
   std::string pid;
   {
@@ -82,7 +86,10 @@ TEST(Pool, DropsAConnectionWhoseCallBrokeIt) {
 }
 
 TEST(Pool, IsThreadSafeUnderContention) {
-  pg::Pool pool({.dsn = test_dsn(), .max_size = 3, .acquire_timeout = absl::Seconds(10)});
+  pg::Pool pool({.dsn = test_dsn(),
+                 .max_size = 3,
+                 .acquire_timeout = absl::Seconds(10),
+                 .connection = test_connection_options()});
   std::atomic<int> ok{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t) {

@@ -12,13 +12,23 @@
 
 namespace idemledger::testing {
 
+bool via_pgbouncer() {
+  static const bool via = [] {
+    const char* v = std::getenv("IDEMLEDGER_TEST_VIA_PGBOUNCER");
+    return v != nullptr && std::string_view(v) == "1";
+  }();
+  return via;
+}
+
 const std::string& test_dsn() {
   static const std::string dsn = [] {
-    const char* v = std::getenv("IDEMLEDGER_TEST_DSN");
+    const char* name = via_pgbouncer() ? "IDEMLEDGER_PGBOUNCER_SUITE_DSN" : "IDEMLEDGER_TEST_DSN";
+    const char* v = std::getenv(name);
     if (v == nullptr || *v == '\0') {
       std::fprintf(stderr,
-                   "IDEMLEDGER_TEST_DSN is not set: run the tests through scripts/test.sh, "
-                   "which starts a private PostgreSQL\n");
+                   "%s is not set: run the tests through scripts/test.sh, "
+                   "which starts a private PostgreSQL (and PgBouncer)\n",
+                   name);
       std::abort();
     }
     return std::string(v);
@@ -26,8 +36,14 @@ const std::string& test_dsn() {
   return dsn;
 }
 
+pg::ConnectionOptions test_connection_options() {
+  // PgBouncer 1.18 in transaction mode cannot keep named prepared statements.
+  return {.prepared_statements = !via_pgbouncer()};
+}
+
 std::unique_ptr<pg::Connection> connect() {
-  absl::StatusOr<std::unique_ptr<pg::Connection>> c = pg::Connection::open(test_dsn());
+  absl::StatusOr<std::unique_ptr<pg::Connection>> c =
+      pg::Connection::open(test_dsn(), test_connection_options());
   if (!c.ok()) {
     ADD_FAILURE() << "connect: " << c.status();
     std::abort();

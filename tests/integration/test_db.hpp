@@ -19,11 +19,28 @@
 
 namespace idemledger::testing {
 
-// The DSN of the private test server; fails the test run loudly if unset.
+// True in the suite's second pass (IDEMLEDGER_TEST_VIA_PGBOUNCER=1), where
+// every test connects through PgBouncer in transaction pooling mode.
+bool via_pgbouncer();
+
+// The DSN of the private test server, or of PgBouncer in front of it in the
+// second pass; fails the test run loudly if unset.
 const std::string& test_dsn();
+
+// Options every test connection uses: unnamed statements behind PgBouncer.
+pg::ConnectionOptions test_connection_options();
 
 // A new connection to the test server; aborts the test on failure.
 std::unique_ptr<pg::Connection> connect();
+
+// For a test whose subject is a server session itself (LISTEN, killing one
+// known backend, a server restart): behind a transaction pooler the client
+// has no session of its own, so it runs in the direct pass only.
+#define IDEMLEDGER_NEEDS_OWN_SESSION(why)                                            \
+  do {                                                                               \
+    if (::idemledger::testing::via_pgbouncer())                                      \
+      GTEST_SKIP() << "needs its own server session (" why "); runs in the direct pass"; \
+  } while (0)
 
 // Alerts collected in memory, thread-safe.
 class RecordingAlertSink : public AlertSink {

@@ -314,7 +314,9 @@ int main(int argc, char** argv) {
   try {
     const Args a = parse_args(argc, argv);
     absl::StatusOr<std::unique_ptr<idemledger::pg::Connection>> c =
-        idemledger::pg::Connection::open(a.dsn);
+        // Unnamed statements: an operator's one-off commands gain nothing from
+        // preparing, and they then also work through PgBouncer < 1.21.
+        idemledger::pg::Connection::open(a.dsn, {.prepared_statements = false});
     if (!c.ok()) usage(c.status().ToString());
     return run(**c, a);
   } catch (const std::exception& e) {  // e.g. JSON output of non-UTF-8 data: report, exit 2
