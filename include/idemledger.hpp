@@ -18,6 +18,7 @@
 #include "idemledger/metrics.hpp"
 #include "idemledger/migrate.hpp"
 #include "idemledger/monitor.hpp"
+#include "idemledger/partitioning.hpp"
 #include "idemledger/reconcile.hpp"
 #include "idemledger/retry.hpp"
 #include "idemledger/status.hpp"

@@ -10,6 +10,7 @@
 #include "idemledger/connection.hpp"
 #include "idemledger/event_status.hpp"
 #include "src/internal/absl_compat.hpp"
+#include "src/internal/ddl_lock.hpp"
 #include "src/internal/schema_name.hpp"
 
 namespace idemledger {
@@ -38,13 +39,13 @@ const std::vector<Migration>& migrations() {
        {
 #include "src/migrations/0004_replay_and_metrics.inc"
        }},
+      {5,
+       {
+#include "src/migrations/0005_partitioning.inc"
+       }},
   };
   return all;
 }
-
-// Advisory lock key (class, object): the class spells "idml"; the object is
-// the schema's hash, so migrations of different schemas do not serialise.
-constexpr std::string_view kLockSql = "SELECT pg_advisory_xact_lock(1768189292, hashtext($1))";
 
 absl::Status check(const absl::StatusOr<Result>& r, std::string_view what) {
   if (r.ok()) return absl::OkStatus();
@@ -104,8 +105,8 @@ absl::Status migrate(Connection& conn, std::string_view schema) {
   if (absl::Status s = internal::validate_identifier("schema", schema); !s.ok()) return s;
   absl::StatusOr<Transaction> tx = Transaction::begin(conn);
   if (!tx.ok()) return tx.status();
-  if (absl::Status s = check(conn.execute(kLockSql, {Param(schema)}), "advisory lock"); !s.ok()) {
-    return s;
+  if (absl::Status s = internal::lock_schema_ddl(conn, schema); !s.ok()) {
+    return absl::Status(s.code(), fmt::format("migrate: advisory lock: {}", s.message()));
   }
   for (std::string_view ddl :
        {std::string_view("CREATE SCHEMA IF NOT EXISTS {schema}"),

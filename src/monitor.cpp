@@ -27,7 +27,8 @@ absl::StatusOr<HealthReport> check_health(Connection& conn, const MonitorOptions
           " (SELECT count(*) FROM {schema}.dead_letter_queue WHERE created_at > now() - interval "
           "'1 hour'),"
           " (SELECT count(*) FROM {schema}.processed_events WHERE outcome = 'pending'"
-          "   AND created_at < now() - $3::bigint * interval '1 millisecond')",
+          "   AND created_at < now() - $3::bigint * interval '1 millisecond'),"
+          " {schema}.next_month_partition_missing()",
           options.schema),
       {Param(processing_ms), Param(queued_ms), Param(stuck_ms)});
   if (!r.ok()) return r.status();
@@ -37,6 +38,7 @@ absl::StatusOr<HealthReport> check_health(Connection& conn, const MonitorOptions
   (void)absl::SimpleAtoi(r->at(0, 2).value_or("0"), &h.dead_letters_last_hour);
   (void)absl::SimpleAtoi(r->at(0, 3).value_or("0"), &h.stuck_idempotency_records);
   h.dlq_flood = h.dead_letters_last_hour > options.dlq_flood_per_hour;
+  h.next_month_partition_missing = r->at(0, 4) == "t";
 
   AlertSink& sink = alert_sink_or_default(options.alerts);
   const auto raise = [&](std::string_view key, const std::string& message) {
@@ -49,6 +51,11 @@ absl::StatusOr<HealthReport> check_health(Connection& conn, const MonitorOptions
               "recovery running?",
               h.zombie_processing, absl::FormatDuration(options.processing_zombie_after),
               h.zombie_queued, absl::FormatDuration(options.queued_zombie_after)));
+  }
+  if (h.next_month_partition_missing) {
+    raise("partition_missing",
+          "no partition for next month: its rows will be refused; run "
+          "ensure_monthly_partitions (idemledger-admin partitions)");
   }
   if (h.dlq_flood) {
     raise("dlq_flood", fmt::format("{} dead letters in the last hour (threshold {})",

@@ -9,6 +9,9 @@
 // ledger keeps its throughput. Never a `pending` record: that one may belong
 // to a transaction in flight.
 //
+// On a partitioned schema (partitioning.hpp) whole months older than `ttl`
+// with no `pending` record are dropped first.
+//
 // Why this is safe: a replay after cleanup still cannot apply twice — the
 // ledger checks the event's status (confirmed/failed) and, if that row is
 // gone too, the UNIQUE (source_event_id, event_type) on balance_events
@@ -40,6 +43,7 @@ struct CleanupOptions {
 struct CleanupReport {
   std::int64_t deleted = 0;
   std::int64_t batches = 0;
+  std::int64_t partitions_dropped = 0;  // whole months (partitioning.hpp)
 };
 
 [[nodiscard]] absl::StatusOr<CleanupReport> cleanup_idempotency_records(

@@ -8,7 +8,8 @@
 //   15 min (workers dead, queue stuck, lease recovery not running);
 // - DLQ flood: more than `dlq_flood_per_hour` dead letters in the last hour;
 // - stuck idempotency records: outcome `pending` for 5 min (a writer that
-//   never finished; the ledger itself never commits one).
+//   never finished; the ledger itself never commits one);
+// - a partitioned schema (partitioning.hpp) with no partition for next month.
 //
 // Thread-safe (no state).
 #ifndef IDEMLEDGER_MONITOR_HPP
@@ -41,9 +42,10 @@ struct HealthReport {
   std::int64_t dead_letters_last_hour = 0;
   std::int64_t stuck_idempotency_records = 0;
   bool dlq_flood = false;
+  bool next_month_partition_missing = false;  // partitioned schemas only
   [[nodiscard]] bool healthy() const {
     return zombie_processing == 0 && zombie_queued == 0 && !dlq_flood &&
-           stuck_idempotency_records == 0;
+           stuck_idempotency_records == 0 && !next_month_partition_missing;
   }
 };
 

@@ -137,5 +137,23 @@ TEST_F(AdminCli, ReconcileAndCleanup) {
   EXPECT_EQ(admin("frobnicate").exit_code, 2);
 }
 
+TEST_F(AdminCli, PartitionsEnableEnsureAndTheLedgerStillHolds) {
+  EXPECT_EQ(admin("partitions").exit_code, 2);
+  CliRun r = admin("partitions ensure");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("off (enable first); 0 created"));
+  r = admin("partitions enable --months-ahead 2");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("monthly partitions on; 8 created"))
+      << "last, this and 2 more months, for two tables";
+  EXPECT_THAT(admin("partitions ensure --months-ahead 3").out, HasSubstr("on; 2 created"));
+  EXPECT_EQ(*ledger_->process_deposit(*conn_, event("d1", EventType::kDeposit, 1, "5")),
+            Outcome::kAlreadyApplied);
+  EXPECT_EQ(*ledger_->process_deposit(*conn_, event("d2", EventType::kDeposit, 1, "5")),
+            Outcome::kApplied);
+  EXPECT_EQ(admin("reconcile --full").exit_code, 0);
+  expect_reconciled();
+}
+
 }  // namespace
 }  // namespace idemledger::testing

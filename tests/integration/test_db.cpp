@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_replace.h"
 #include "idemledger/migrate.hpp"
+#include "idemledger/partitioning.hpp"
 
 namespace idemledger::testing {
 
@@ -18,6 +19,14 @@ bool via_pgbouncer() {
     return v != nullptr && std::string_view(v) == "1";
   }();
   return via;
+}
+
+bool partitioned_schemas() {
+  static const bool on = [] {
+    const char* v = std::getenv("IDEMLEDGER_TEST_PARTITIONED");
+    return v != nullptr && std::string_view(v) == "1";
+  }();
+  return on;
 }
 
 const std::string& test_dsn() {
@@ -68,6 +77,10 @@ void LedgerTest::SetUp() {
             std::to_string(rd() % 1000000);
   conn_ = connect();
   ASSERT_TRUE(migrate(*conn_, schema_).ok());
+  if (partitioned_schemas()) {
+    absl::StatusOr<int> created = enable_monthly_partitioning(*conn_, {.schema = schema_});
+    ASSERT_TRUE(created.ok()) << created.status();
+  }
   ledger_ = std::make_unique<Ledger>(options());
 }
 

@@ -23,6 +23,11 @@ namespace idemledger::testing {
 // every test connects through PgBouncer in transaction pooling mode.
 bool via_pgbouncer();
 
+// True in the suite's partitioned pass (IDEMLEDGER_TEST_PARTITIONED=1), where
+// every test schema is converted by enable_monthly_partitioning() after
+// migrate(): the whole suite then proves the guarantees on that layout.
+bool partitioned_schemas();
+
 // The DSN of the private test server, or of PgBouncer in front of it in the
 // second pass; fails the test run loudly if unset.
 const std::string& test_dsn();

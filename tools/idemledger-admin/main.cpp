@@ -10,6 +10,7 @@
 //     dlq discard ID --reason TEXT    close it without replaying (audited)
 //     reconcile [--full] [--window-minutes N]
 //     cleanup [--ttl-hours H]
+//     partitions enable|ensure [--months-ahead N]   monthly partitions (partitioning.hpp)
 //
 // DSN and schema default to $IDEMLEDGER_DSN and $IDEMLEDGER_SCHEMA. Exit codes: 0 fine, 1 findings
 // (unhealthy, out of balance, unknown id), 2 usage or connection errors.
@@ -42,7 +43,7 @@ struct Args {
                "idemledger-admin: %s\n"
                "usage: idemledger-admin [--dsn DSN] [--schema S] [--json] "
                "migrate|status|stats|dlq list|dlq show ID|dlq replay|discard ID --reason TEXT|"
-               "reconcile [--full]|cleanup [--ttl-hours H]\n",
+               "reconcile [--full]|cleanup [--ttl-hours H]|partitions enable|ensure\n",
                why.c_str());
   std::exit(2);
 }
@@ -301,8 +302,28 @@ int run(idemledger::Connection& c, const Args& a) {
     absl::StatusOr<idemledger::CleanupReport> r =
         idemledger::cleanup_idempotency_records(c, {.schema = a.schema, .ttl = absl::Hours(hours)});
     if (!r.ok()) usage(r.status().ToString());
-    std::printf("deleted %lld idempotency records older than %ldh in %lld batches\n",
-                static_cast<long long>(r->deleted), hours, static_cast<long long>(r->batches));
+    std::printf(
+        "deleted %lld idempotency records older than %ldh in %lld batches; dropped %lld expired "
+        "monthly partitions\n",
+        static_cast<long long>(r->deleted), hours, static_cast<long long>(r->batches),
+        static_cast<long long>(r->partitions_dropped));
+    return 0;
+  }
+  if (verb == "partitions") {
+    const std::string sub = a.words.size() > 1 ? a.words[1] : "";
+    if (sub != "enable" && sub != "ensure") usage("partitions enable|ensure [--months-ahead N]");
+    int months = 3;
+    if (a.flags.contains("--months-ahead") &&
+        !absl::SimpleAtoi(a.flags.at("--months-ahead"), &months)) {
+      usage("--months-ahead must be an integer");
+    }
+    const idemledger::PartitioningOptions options{.schema = a.schema, .months_ahead = months};
+    absl::StatusOr<int> created = sub == "enable"
+                                      ? idemledger::enable_monthly_partitioning(c, options)
+                                      : idemledger::ensure_monthly_partitions(c, options);
+    if (!created.ok()) usage(created.status().ToString());
+    std::printf("schema %s: monthly partitions %s; %d created\n", a.schema.c_str(),
+                *idemledger::is_partitioned(c, a.schema) ? "on" : "off (enable first)", *created);
     return 0;
   }
   usage("unknown verb: " + verb);

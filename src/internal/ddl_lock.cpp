@@ -1,0 +1,14 @@
+#include "src/internal/ddl_lock.hpp"
+
+#include "idemledger/connection.hpp"
+
+namespace idemledger::internal {
+
+absl::Status lock_schema_ddl(Connection& conn, std::string_view schema) {
+  // Lock key (class, object): the class spells "idml"; the object is the
+  // schema's hash, so changes to different schemas do not serialise.
+  return conn.execute("SELECT pg_advisory_xact_lock(1768189292, hashtext($1))", {Param(schema)})
+      .status();
+}
+
+}  // namespace idemledger::internal
