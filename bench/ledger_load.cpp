@@ -1,11 +1,14 @@
 // ledger_load — end-to-end deposit throughput through process_deposit.
 //
 //   ledger_load --dsn DSN [--clients 4] [--seconds 20] [--history 100000] [--unnamed]
+//               [--metrics] [--partitioned]
 //
 // Sets up schema "bench" like the reference workloads' start state (10,000
 // users, N historical confirmed deposits, VACUUM ANALYZEd), then runs
 // `clients` threads, each with its own connection, calling process_deposit
-// with fresh event ids for `seconds`. Prints one line:
+// with fresh event ids for `seconds`. --metrics records LedgerMetrics on every
+// call; --partitioned converts the schema to monthly partitions after the
+// history is loaded. Prints one line:
 //   RESULT name=idemledger clients=4 deposits=... tps=... p50_us=... p99_us=...
 // bench/run_load.sh runs it beside pgbench on the same server and prints ratios.
 #include <algorithm>
@@ -33,6 +36,8 @@ struct Options {
   int seconds = 20;
   int history = 100'000;
   bool prepared = true;
+  bool metrics = false;
+  bool partitioned = false;
 };
 
 bool run(idemledger::Connection& c, const std::string& sql) {
@@ -102,10 +107,14 @@ int main(int argc, char** argv) {
       o.history = std::atoi(value().c_str());
     else if (a == "--unnamed")
       o.prepared = false;
+    else if (a == "--metrics")
+      o.metrics = true;
+    else if (a == "--partitioned")
+      o.partitioned = true;
     else {
-      std::fprintf(
-          stderr,
-          "usage: ledger_load --dsn DSN [--clients N] [--seconds S] [--history N] [--unnamed]\n");
+      std::fprintf(stderr,
+                   "usage: ledger_load --dsn DSN [--clients N] [--seconds S] [--history N] "
+                   "[--unnamed] [--metrics] [--partitioned]\n");
       return 2;
     }
   }
@@ -116,8 +125,17 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (!set_up(**admin, o.history)) return 1;
+  if (o.partitioned) {
+    absl::StatusOr<int> created = idemledger::enable_monthly_partitioning(**admin, {.schema = kSchema});
+    if (!created.ok() || !run(**admin, "VACUUM ANALYZE")) {
+      std::fprintf(stderr, "partitioning: %s\n", created.status().ToString().c_str());
+      return 1;
+    }
+  }
 
-  const idemledger::Ledger ledger({.schema = kSchema});
+  idemledger::MetricsRegistry registry;
+  idemledger::LedgerMetrics metrics(registry);
+  const idemledger::Ledger ledger({.schema = kSchema, .metrics = o.metrics ? &metrics : nullptr});
   std::vector<idemledger::Amount> amounts;  // 0.01 .. 10000.00, like the reference scripts
   std::mt19937_64 rng(7);
   for (int i = 0; i < 4096; ++i) {
@@ -176,6 +194,11 @@ int main(int argc, char** argv) {
       ledger.find_balance_mismatches(**admin);
   if (!mismatches.ok() || !mismatches->empty()) {
     std::fprintf(stderr, "reconciliation failed after the load\n");
+    return 1;
+  }
+  if (o.metrics && metrics.applied.value() != all.size()) {
+    std::fprintf(stderr, "metrics counted %llu applied, the driver %zu\n",
+                 static_cast<unsigned long long>(metrics.applied.value()), all.size());
     return 1;
   }
   std::printf(

@@ -5,7 +5,10 @@
 #include <vector>
 
 #include "idemledger/amount.hpp"
+#include "absl/time/clock.h"
 #include "idemledger/idempotency_key.hpp"
+#include "idemledger/log.hpp"
+#include "idemledger/metrics.hpp"
 
 namespace {
 
@@ -44,5 +47,43 @@ void BM_PayloadFingerprint(benchmark::State& state) {
     benchmark::DoNotOptimize(idemledger::payload_fingerprint(424242, a, "deposit"));
 }
 BENCHMARK(BM_PayloadFingerprint);
+
+// What every Ledger call adds when given LedgerMetrics: a histogram
+// observation and a counter increment, from several threads at once.
+void BM_MetricsPerLedgerCall(benchmark::State& state) {
+  static idemledger::MetricsRegistry registry;
+  static idemledger::LedgerMetrics metrics(registry);
+  std::int64_t ns = 400'000 + state.thread_index() * 1'000;
+  for (auto _ : state) {
+    metrics.apply_duration.observe(absl::Nanoseconds(ns));
+    metrics.applied.increment();
+    ns = ns * 7 % 9'000'000;  // spread over the buckets
+  }
+}
+BENCHMARK(BM_MetricsPerLedgerCall)->Threads(1)->Threads(4);
+
+void BM_RenderLedgerMetrics(benchmark::State& state) {
+  idemledger::MetricsRegistry registry;
+  idemledger::LedgerMetrics metrics(registry);
+  metrics.applied.increment(123'456);
+  for (auto _ : state) benchmark::DoNotOptimize(registry.render());
+}
+BENCHMARK(BM_RenderLedgerMetrics);
+
+void BM_FormatJsonLogLine(benchmark::State& state) {
+  const idemledger::LogField fields[] = {{"event_type", std::string_view("deposit")},
+                                         {"user_id", std::int64_t{424242}},
+                                         {"amount", std::string_view("1234.56")},
+                                         {"result", std::string_view("applied")},
+                                         {"retry_count", std::int64_t{0}}};
+  const idemledger::LogRecord record{.level = idemledger::LogLevel::kInfo,
+                                     .time = absl::Now(),
+                                     .message = "event",
+                                     .trace_id = "5f0c2a9e4b7d4c1fa0e3b2d19c8f7a65",
+                                     .event_id = "evt_123456",
+                                     .fields = fields};
+  for (auto _ : state) benchmark::DoNotOptimize(idemledger::format_json_log_line(record));
+}
+BENCHMARK(BM_FormatJsonLogLine);
 
 }  // namespace

@@ -52,9 +52,17 @@ reset_seed() { "${psql[@]}" -d seedref -v hist=100000 -f "$ref/seed_reset.sql" >
 
 for round in $(seq 1 "$rounds"); do
   echo "round $round/$rounds: $clients clients x ${seconds}s per workload" >&2
-  build/bench/ledger_load --dsn "$IDEMLEDGER_TEST_DSN" --clients "$clients" --seconds "$seconds" \
-    | awk '/^RESULT/ {split($0, f, /[ =]/); for (i = 1; i <= NF; i++) {split($i, kv, "="); v[kv[1]] = kv[2]}
-                      print "idemledger", v["tps"], v["p50_us"], v["p99_us"]}' >>"$work/results"
+  # ledger_load NAME [FLAGS...]: one run of the driver, appends "NAME tps p50 p99" to results.
+  ledger_load() {
+    local name=$1
+    shift
+    build/bench/ledger_load --dsn "$IDEMLEDGER_TEST_DSN" --clients "$clients" --seconds "$seconds" "$@" \
+      | awk -v name="$name" '/^RESULT/ {for (i = 1; i <= NF; i++) {split($i, kv, "="); v[kv[1]] = kv[2]}
+                                         print name, v["tps"], v["p50_us"], v["p99_us"]}' >>"$work/results"
+  }
+  ledger_load idemledger
+  ledger_load idemledger_metrics --metrics
+  ledger_load idemledger_partitioned --partitioned
   reset_seed
   run_pgbench seed_sequence seedref -f "$ref/seed_sequence.sql"
   reset_seed
@@ -65,7 +73,8 @@ done
 # Median of each column per workload, then the table.
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 declare -A tps p50 p99
-for w in idemledger seed_sequence one_statement simple_update; do
+workloads=(idemledger idemledger_metrics idemledger_partitioned seed_sequence one_statement simple_update)
+for w in "${workloads[@]}"; do
   tps[$w]=$(awk -v w="$w" '$1==w {print $2}' "$work/results" | median)
   p50[$w]=$(awk -v w="$w" '$1==w {print $3}' "$work/results" | median)
   p99[$w]=$(awk -v w="$w" '$1==w {print $4}' "$work/results" | median)
@@ -73,9 +82,11 @@ done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2fx", a / b}'; }
 printf '\nEnd-to-end deposits, %s clients, %ss per workload, %s round(s), one server, one run\n' "$clients" "$seconds" "$rounds"
 printf '%-40s %10s %9s %9s %18s\n' workload "deposits/s" "p50 µs" "p99 µs" "idemledger / this"
-for w in idemledger seed_sequence one_statement simple_update; do
+for w in "${workloads[@]}"; do
   case $w in
     idemledger) label="idemledger process_deposit" ;;
+    idemledger_metrics) label="  ... recording LedgerMetrics" ;;
+    idemledger_partitioned) label="  ... on monthly partitions" ;;
     seed_sequence) label="seed: 13 statements, 13 round trips" ;;
     one_statement) label="floor: one data-modifying CTE" ;;
     simple_update) label="pgbench built-in simple-update" ;;

@@ -92,22 +92,13 @@ absl::StatusOr<Disposition> Dispatcher::process(Connection& conn,
   }
   if (options_.metrics == nullptr || !d.ok()) return d;
   LedgerMetrics& m = *options_.metrics;
-  switch (*d) {
-    case Disposition::kApplied:
-    case Disposition::kInsufficientFunds:
-      m.time_to_confirm.observe(claimed.age_at_claim + (absl::Now() - claimed.claimed_at));
-      break;
-    case Disposition::kFailed:
-      m.time_to_confirm.observe(claimed.age_at_claim + (absl::Now() - claimed.claimed_at));
-      m.dead_lettered_failed.increment();
-      break;
-    case Disposition::kRetryScheduled:
-      m.retries_scheduled.increment();
-      break;
-    case Disposition::kAlreadyApplied:  // final before this claim; counted by the Ledger
-    case Disposition::kNotClaimed:
-      break;
+  // Final now (kAlreadyApplied was final before this claim; the Ledger counts it).
+  if (*d == Disposition::kApplied || *d == Disposition::kInsufficientFunds ||
+      *d == Disposition::kFailed) {
+    m.time_to_confirm.observe(claimed.age_at_claim + (absl::Now() - claimed.claimed_at));
   }
+  if (*d == Disposition::kFailed) m.dead_lettered_failed.increment();
+  if (*d == Disposition::kRetryScheduled) m.retries_scheduled.increment();
   return d;
 }
 
