@@ -126,7 +126,8 @@ int main(int argc, char** argv) {
   }
   if (!set_up(**admin, o.history)) return 1;
   if (o.partitioned) {
-    absl::StatusOr<int> created = idemledger::enable_monthly_partitioning(**admin, {.schema = kSchema});
+    absl::StatusOr<int> created =
+        idemledger::enable_monthly_partitioning(**admin, {.schema = kSchema});
     if (!created.ok() || !run(**admin, "VACUUM ANALYZE")) {
       std::fprintf(stderr, "partitioning: %s\n", created.status().ToString().c_str());
       return 1;

@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "idemledger/amount.hpp"
 #include "absl/time/clock.h"
+#include "idemledger/amount.hpp"
 #include "idemledger/idempotency_key.hpp"
 #include "idemledger/log.hpp"
 #include "idemledger/metrics.hpp"

@@ -233,15 +233,15 @@ absl::StatusOr<std::int64_t> DeadLetterQueue::discard(Connection& conn, std::int
   if (!schema_status_.ok()) return schema_status_;
   if (absl::Status s = check_decision(reason, actor); !s.ok()) return s;
   const std::string id_text = std::to_string(id);
-  absl::StatusOr<Result> r = conn.execute(
-      internal::with_schema(
-          "WITH closed AS (UPDATE {schema}.dead_letter_queue SET resolved_at = now(), "
-          "resolution = 'discarded: ' || $2 "
-          "WHERE id = $1::bigint AND resolved_at IS NULL RETURNING id) "
-          "INSERT INTO {schema}.operator_actions (action, target, reason, actor) "
-          "SELECT 'dlq_discard', id::text, $2, $3 FROM closed RETURNING id",
-          options_.schema),
-      {Param(id_text), Param(reason), Param(actor)});
+  absl::StatusOr<Result> r =
+      conn.execute(internal::with_schema(
+                       "WITH closed AS (UPDATE {schema}.dead_letter_queue SET resolved_at = now(), "
+                       "resolution = 'discarded: ' || $2 "
+                       "WHERE id = $1::bigint AND resolved_at IS NULL RETURNING id) "
+                       "INSERT INTO {schema}.operator_actions (action, target, reason, actor) "
+                       "SELECT 'dlq_discard', id::text, $2, $3 FROM closed RETURNING id",
+                       options_.schema),
+                   {Param(id_text), Param(reason), Param(actor)});
   if (!r.ok()) return r.status();
   std::int64_t audit_id = 0;
   if (r->rows.empty() || !absl::SimpleAtoi(r->at(0, 0).value_or(""), &audit_id)) {

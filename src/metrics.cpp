@@ -100,11 +100,11 @@ void append_sample(std::string& out, std::string_view name, std::string_view lab
 }
 
 constexpr std::array<absl::Duration, 17> kDefaultLatencyBuckets = {
-    absl::Microseconds(250), absl::Microseconds(500), absl::Milliseconds(1),
-    absl::Microseconds(2500), absl::Milliseconds(5),  absl::Milliseconds(10),
-    absl::Milliseconds(25),   absl::Milliseconds(50), absl::Milliseconds(100),
+    absl::Microseconds(250),  absl::Microseconds(500), absl::Milliseconds(1),
+    absl::Microseconds(2500), absl::Milliseconds(5),   absl::Milliseconds(10),
+    absl::Milliseconds(25),   absl::Milliseconds(50),  absl::Milliseconds(100),
     absl::Milliseconds(250),  absl::Milliseconds(500), absl::Seconds(1),
-    absl::Milliseconds(2500), absl::Seconds(5),       absl::Seconds(10),
+    absl::Milliseconds(2500), absl::Seconds(5),        absl::Seconds(10),
     absl::Seconds(30),        absl::Seconds(60)};
 
 }  // namespace
@@ -152,8 +152,8 @@ MetricsRegistry::Series& MetricsRegistry::series_for(std::string_view name, std:
   }
   auto family = families_.find(name);
   if (family == families_.end()) {
-    family = families_.emplace(std::string(name), Family{.kind = kind, .help = std::string(help)})
-                 .first;
+    family =
+        families_.emplace(std::string(name), Family{.kind = kind, .help = std::string(help)}).first;
   } else if (family->second.kind != kind) {
     registration_error(name, "already registered as another kind of metric");
   }
@@ -185,17 +185,17 @@ Histogram& MetricsRegistry::histogram(std::string_view name, std::string_view he
                                       std::span<const absl::Duration> upper_bounds,
                                       const MetricLabels& labels) {
   for (std::size_t i = 0; i < upper_bounds.size(); ++i) {
-    if (upper_bounds[i] <= absl::ZeroDuration() || (i > 0 && upper_bounds[i] <= upper_bounds[i - 1]))
+    if (upper_bounds[i] <= absl::ZeroDuration() ||
+        (i > 0 && upper_bounds[i] <= upper_bounds[i - 1]))
       registration_error(name, "histogram bounds must be positive and strictly increasing");
   }
   absl::MutexLock lock(&mu_);
   Series& s = series_for(name, help, Kind::kHistogram, labels);
   if (!s.histogram) {
     for (const auto& [other_labels, other] : families_.find(name)->second.series) {
-      if (other.histogram && !std::ranges::equal(other.histogram->snapshot().upper_bounds_ns,
-                                                 upper_bounds, {}, {}, [](absl::Duration d) {
-                                                   return absl::ToInt64Nanoseconds(d);
-                                                 })) {
+      if (other.histogram &&
+          !std::ranges::equal(other.histogram->snapshot().upper_bounds_ns, upper_bounds, {}, {},
+                              [](absl::Duration d) { return absl::ToInt64Nanoseconds(d); })) {
         registration_error(name, "every series of a histogram must have the same bounds");
       }
     }
@@ -281,14 +281,15 @@ LedgerMetrics::LedgerMetrics(MetricsRegistry& r)
       time_to_confirm(r.histogram("idemledger_time_to_confirm_seconds",
                                   "From intake recording an event to its final status.",
                                   default_latency_buckets())),
-      reconciliations_clean(r.counter(kReconciliations, kReconciliationsHelp, {{"result", "clean"}})),
+      reconciliations_clean(
+          r.counter(kReconciliations, kReconciliationsHelp, {{"result", "clean"}})),
       reconciliations_with_findings(
           r.counter(kReconciliations, kReconciliationsHelp, {{"result", "findings"}})),
       queue_pending(r.gauge(kQueue, kQueueHelp, {{"status", "pending"}})),
       queue_enqueued(r.gauge(kQueue, kQueueHelp, {{"status", "enqueued"}})),
       queue_processing(r.gauge(kQueue, kQueueHelp, {{"status", "processing"}})),
-      dead_letters_open(r.gauge("idemledger_dead_letters_open",
-                                "Dead letters no operator has resolved yet.")),
+      dead_letters_open(
+          r.gauge("idemledger_dead_letters_open", "Dead letters no operator has resolved yet.")),
       last_reconciliation(r.gauge("idemledger_last_reconciliation_timestamp_seconds",
                                   "Unix time the last reconciliation run finished; 0 if none.")) {}
 

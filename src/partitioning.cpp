@@ -23,8 +23,7 @@ absl::StatusOr<int> call_counting(Connection& conn, const PartitioningOptions& o
   if (absl::Status s = internal::lock_schema_ddl(conn, options.schema); !s.ok()) return s;
   const std::string months = std::to_string(options.months_ahead);
   absl::StatusOr<Result> r = conn.execute(
-      internal::with_schema(fmt::format("SELECT {{schema}}.{}($1::int)", function),
-                            options.schema),
+      internal::with_schema(fmt::format("SELECT {{schema}}.{}($1::int)", function), options.schema),
       {Param(months)});
   if (!r.ok()) return r.status();
   if (absl::Status s = tx->commit(); !s.ok()) return s;

@@ -68,8 +68,8 @@ absl::Status Reconciler::check_batch(Connection& conn, std::string_view users_sq
 
 absl::Status Reconciler::finish(Connection& conn, std::string_view kind, absl::Time started,
                                 const ReconcileReport& report) const {
-  emit_log(options_.log, report.clean() ? LogLevel::kInfo : LogLevel::kError, "reconciliation",
-           "", "",
+  emit_log(options_.log, report.clean() ? LogLevel::kInfo : LogLevel::kError, "reconciliation", "",
+           "",
            {{"kind", kind},
             {"users_checked", report.users_checked},
             {"mismatches", static_cast<std::int64_t>(report.mismatches.size())},

@@ -37,16 +37,19 @@ inline std::optional<std::int64_t> le_nanos(const std::string& le) {
 inline absl::StatusOr<PrometheusSamples> parse_prometheus_text(std::string_view text) {
   static const std::regex kName("[a-zA-Z_:][a-zA-Z0-9_:]*");
   static const std::regex kHelp("# HELP ([a-zA-Z_:][a-zA-Z0-9_:]*) ((?:[^\\\\\n]|\\\\[\\\\n])*)");
-  static const std::regex kType("# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram|summary|untyped)");
+  static const std::regex kType(
+      "# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram|summary|untyped)");
   static const std::regex kSample(
-      "([a-zA-Z_:][a-zA-Z0-9_:]*)(\\{((?:[a-zA-Z_][a-zA-Z0-9_]*=\"(?:[^\"\\\\\n]|\\\\[\\\\\"n])*\",?)*)\\})?"
+      "([a-zA-Z_:][a-zA-Z0-9_:]*)(\\{((?:[a-zA-Z_][a-zA-Z0-9_]*=\"(?:[^\"\\\\\n]|\\\\[\\\\\"n])*\","
+      "?)*)\\})?"
       " ([-+]?(?:[0-9]+(?:\\.[0-9]*)?(?:[eE][-+]?[0-9]+)?|Inf|NaN))( -?[0-9]+)?");
   static const std::regex kLabel("([a-zA-Z_][a-zA-Z0-9_]*)=\"((?:[^\"\\\\]|\\\\.)*)\"");
 
   const auto fail = [](std::string_view line, std::string_view why) {
     return absl::InvalidArgumentError(std::string(why) + ": " + std::string(line));
   };
-  if (!text.empty() && text.back() != '\n') return fail(text.substr(text.rfind('\n') + 1), "no final newline");
+  if (!text.empty() && text.back() != '\n')
+    return fail(text.substr(text.rfind('\n') + 1), "no final newline");
 
   PrometheusSamples samples;
   std::map<std::string, std::string> types;

@@ -81,14 +81,14 @@ int main() {
         continue;  // the pool replaces a dead session
       while (!example::stop_requested && !(*conn)->is_broken()) {
         if (thread == 0 && absl::Now() >= next_maintenance) {
-          (void)dispatcher.recover_stale(**conn);   // logs what it recovers
+          (void)dispatcher.recover_stale(**conn);  // logs what it recovers
           (void)dead_letters.drain_spool(**conn);  // logs what it drains
           next_maintenance = absl::Now() + absl::Seconds(1);
         }
         absl::StatusOr<std::vector<idemledger::ClaimedEvent>> claimed = dispatcher.claim(**conn);
         if (!claimed.ok()) break;
         for (const idemledger::ClaimedEvent& c : *claimed) {  // finished even if SIGTERM arrives
-          (void)dispatcher.process(**conn, c);  // logs one line per event
+          (void)dispatcher.process(**conn, c);                // logs one line per event
           ++processed;
         }
         if (claimed->empty()) (void)dispatcher.wait_for_work(**conn, absl::Milliseconds(poll_ms));

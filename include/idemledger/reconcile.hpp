@@ -52,8 +52,8 @@ struct ReconcileReport {
 
 struct ReconcilerOptions {
   std::string schema = std::string(kDefaultSchema);
-  std::int64_t batch_users = 1000;  // users per snapshot in a full pass
-  AlertSink* alerts = nullptr;      // nullptr means stderr_alert_sink()
+  std::int64_t batch_users = 1000;   // users per snapshot in a full pass
+  AlertSink* alerts = nullptr;       // nullptr means stderr_alert_sink()
   LedgerMetrics* metrics = nullptr;  // runs by result; nullptr records nothing
   LogSink* log = nullptr;            // one line per run; nullptr logs nothing
 };

@@ -102,8 +102,9 @@ TEST_F(AdminCli, DeadLetterReplayAppliesExactlyOnce) {
 
   // A queued event that ended failed: replay puts it back for the workers.
   record_event(event("q1", EventType::kDeposit, 1, "4"), "failed");
-  exec("INSERT INTO {schema}.dead_letter_queue (event_id, event_type, user_id, amount, error, "
-       "reason) VALUES ('q1', 'deposit', 1, 4, 'user row locked', 'retries_exhausted')");
+  exec(
+      "INSERT INTO {schema}.dead_letter_queue (event_id, event_type, user_id, amount, error, "
+      "reason) VALUES ('q1', 'deposit', 1, 4, 'user row locked', 'retries_exhausted')");
   const std::string queued =
       scalar("SELECT id FROM {schema}.dead_letter_queue WHERE event_id = 'q1'");
   r = admin("dlq replay " + queued + " --reason 'after the incident'");
@@ -112,7 +113,8 @@ TEST_F(AdminCli, DeadLetterReplayAppliesExactlyOnce) {
   const Dispatcher d(*ledger_, {.schema = schema_, .alerts = &alerts_});
   EXPECT_EQ(*d.run_once(*conn_), 1);
   EXPECT_EQ(*d.run_once(*conn_), 0);
-  EXPECT_EQ(scalar("SELECT status FROM {schema}.payment_events WHERE event_id = 'q1'"), "confirmed");
+  EXPECT_EQ(scalar("SELECT status FROM {schema}.payment_events WHERE event_id = 'q1'"),
+            "confirmed");
   EXPECT_EQ(balance(1), "16");
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.operator_actions WHERE action = 'dlq_replay'"), 2);
   EXPECT_EQ(admin("dlq replay 999999 --reason x").exit_code, 1);

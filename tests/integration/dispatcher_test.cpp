@@ -388,7 +388,8 @@ TEST_F(DispatcherTest, LogsEachEventWithIntakesTraceId) {
   EXPECT_EQ(by_event["t2"]["trace_id"], "trace-t2");
   EXPECT_EQ(by_event["t2"]["level"], "error");
   EXPECT_EQ(by_event["t2"]["result"], "failed");
-  EXPECT_NE(by_event["t2"]["error"].get<std::string>().find("conflicting replay"), std::string::npos);
+  EXPECT_NE(by_event["t2"]["error"].get<std::string>().find("conflicting replay"),
+            std::string::npos);
   EXPECT_EQ(scalar("SELECT trace_id FROM {schema}.dead_letter_queue WHERE event_id = 't2'"),
             "trace-t2");
 }

@@ -29,8 +29,8 @@ class DlqReplay : public LedgerTest {
     absl::StatusOr<std::vector<ClaimedEvent>> batch = d.claim(*conn_);
     EXPECT_EQ(batch->size(), 1u);
     EXPECT_EQ(*d.process(*conn_, (*batch)[0]), Disposition::kFailed);
-    return std::stoll(scalar("SELECT max(id) FROM {schema}.dead_letter_queue WHERE event_id = '" +
-                             id + "'"));
+    return std::stoll(
+        scalar("SELECT max(id) FROM {schema}.dead_letter_queue WHERE event_id = '" + id + "'"));
   }
   void drain() {
     const Dispatcher d = dispatcher();
@@ -43,8 +43,9 @@ TEST_F(DlqReplay, ReplayedEventIsAppliedOnceThroughTheQueue) {
   open_account(1, "100");
   const std::int64_t letter = dead_lettered_withdrawal("w1");
   // A second dead letter of the same event (an earlier attempt) closes too.
-  exec("INSERT INTO {schema}.dead_letter_queue (event_id, event_type, user_id, amount, error) "
-       "VALUES ('w1', 'withdrawal', 1, 10, 'earlier attempt')");
+  exec(
+      "INSERT INTO {schema}.dead_letter_queue (event_id, event_type, user_id, amount, error) "
+      "VALUES ('w1', 'withdrawal', 1, 10, 'earlier attempt')");
 
   absl::StatusOr<DeadLetterQueue::ReplayResult> r =
       queue().replay(*conn_, *ledger_, letter, "lock holder was a stuck batch job", "alice");
@@ -89,8 +90,8 @@ TEST_F(DlqReplay, RefusesWithoutReasonUnknownIdsAndTheEdgeOutsideReplay) {
       transition_event_status(*conn_, schema_, "w1", EventStatus::kFailed, EventStatus::kPending)
           .code(),
       absl::StatusCode::kFailedPrecondition);
-  absl::StatusOr<Result> direct = conn_->execute(
-      "SELECT " + schema_ + ".transition_event('w1', 'failed', 'pending')");
+  absl::StatusOr<Result> direct =
+      conn_->execute("SELECT " + schema_ + ".transition_event('w1', 'failed', 'pending')");
   EXPECT_THAT(direct.status().ToString(), HasSubstr("invalid event status transition"));
   EXPECT_EQ(scalar("SELECT status FROM {schema}.payment_events WHERE event_id = 'w1'"), "failed");
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.operator_actions"), 0);
@@ -117,7 +118,8 @@ TEST_F(DlqReplay, CompensationWithoutQueuedEventIsAppliedNowOrStaysOpen) {
   open_account(1, "0");
   ASSERT_EQ(*ledger_->process_deposit(*conn_, event("d1", EventType::kDeposit, 1, "5")),
             Outcome::kApplied);
-  ASSERT_TRUE(ledger_->process_withdrawal(*conn_, event("w1", EventType::kWithdrawal, 1, "5")).ok());
+  ASSERT_TRUE(
+      ledger_->process_withdrawal(*conn_, event("w1", EventType::kWithdrawal, 1, "5")).ok());
   // The deposit's chain tx was reorganised away after the funds left.
   ASSERT_EQ(ledger_->process_compensation(*conn_, "0xd1", 1, *Amount::parse("5")).status().code(),
             absl::StatusCode::kFailedPrecondition);
@@ -152,9 +154,9 @@ TEST_F(DlqReplay, DiscardClosesWithAuditOnce) {
   const std::int64_t letter = dead_lettered_withdrawal("w1");
   absl::StatusOr<std::int64_t> audit = queue().discard(*conn_, letter, "customer cancelled", "eve");
   ASSERT_TRUE(audit.ok()) << audit.status();
-  EXPECT_EQ(scalar("SELECT action FROM {schema}.operator_actions WHERE id = " +
-                   std::to_string(*audit)),
-            "dlq_discard");
+  EXPECT_EQ(
+      scalar("SELECT action FROM {schema}.operator_actions WHERE id = " + std::to_string(*audit)),
+      "dlq_discard");
   EXPECT_EQ(queue().discard(*conn_, letter, "again", "eve").status().code(),
             absl::StatusCode::kNotFound);
   EXPECT_EQ(queue().replay(*conn_, *ledger_, letter, "changed my mind", "eve").status().code(),

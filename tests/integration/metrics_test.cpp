@@ -34,8 +34,9 @@ TEST_F(MetricsTest, LedgerOutcomesAndLatencyCountEveryCall) {
             Outcome::kApplied);
   ASSERT_EQ(*ledger.process_deposit(*conn_, event("d1", EventType::kDeposit, 1, "5")),
             Outcome::kAlreadyApplied);
-  ASSERT_EQ(ledger.process_deposit(*conn_, event("d1", EventType::kDeposit, 1, "6")).status().code(),
-            absl::StatusCode::kAlreadyExists);
+  ASSERT_EQ(
+      ledger.process_deposit(*conn_, event("d1", EventType::kDeposit, 1, "6")).status().code(),
+      absl::StatusCode::kAlreadyExists);
   ASSERT_EQ(*ledger.process_withdrawal(*conn_, event("w1", EventType::kWithdrawal, 1, "100")),
             Outcome::kInsufficientFunds);
   ASSERT_FALSE(ledger.process_deposit(*conn_, event("d2", EventType::kDeposit, 99, "1")).ok());
@@ -57,8 +58,8 @@ TEST_F(MetricsTest, DispatcherCountsRetriesDeadLettersRecoveriesAndTimeToConfirm
     record_event(event("q" + std::to_string(i), EventType::kDeposit, 1, "1"), "pending");
   }
   record_event(event("conflict", EventType::kDeposit, 1, "1"), "pending");
-  exec("INSERT INTO {schema}.processed_events VALUES ('" +
-       idempotency_key("conflict", "deposit") + "', 'another fingerprint', 'success')");
+  exec("INSERT INTO {schema}.processed_events VALUES ('" + idempotency_key("conflict", "deposit") +
+       "', 'another fingerprint', 'success')");
   record_event(event("locked", EventType::kWithdrawal, 1, "1"), "pending");
   exec("UPDATE {schema}.payment_events SET created_at = now() - interval '2 seconds'");
 

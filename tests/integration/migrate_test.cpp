@@ -21,11 +21,11 @@ TEST_F(Migrate, TheDatabaseFsmTableIsTheLibrarysTable) {
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.event_transitions"),
             static_cast<long>(kValidTransitions.size() + kOperatorTransitions.size()));
   const auto expect_edge = [&](EventStatus from, EventStatus to, bool operator_only) {
-    EXPECT_EQ(count("SELECT count(*) FROM {schema}.event_transitions WHERE from_status = '" +
-                    std::string(to_string(from)) + "' AND to_status = '" +
-                    std::string(to_string(to)) + "' AND operator_only = " +
-                    (operator_only ? "true" : "false")),
-              1);
+    EXPECT_EQ(
+        count("SELECT count(*) FROM {schema}.event_transitions WHERE from_status = '" +
+              std::string(to_string(from)) + "' AND to_status = '" + std::string(to_string(to)) +
+              "' AND operator_only = " + (operator_only ? "true" : "false")),
+        1);
   };
   for (const auto& [from, to] : kValidTransitions) expect_edge(from, to, false);
   for (const auto& [from, to] : kOperatorTransitions) expect_edge(from, to, true);

@@ -30,15 +30,17 @@ class Partitioning : public LedgerTest {
 TEST_F(Partitioning, ConversionKeepsEveryRowAndEveryGuarantee) {
   open_account(1, "0");
   for (int i = 0; i < 20; ++i) {
-    ASSERT_EQ(*ledger_->process_deposit(*conn_, event("d" + std::to_string(i), EventType::kDeposit,
-                                                      1, "1")),
+    ASSERT_EQ(*ledger_->process_deposit(
+                  *conn_, event("d" + std::to_string(i), EventType::kDeposit, 1, "1")),
               Outcome::kApplied);
   }
   // History: some of it from five months ago.
-  exec("UPDATE {schema}.balance_events SET created_at = now() - interval '5 months' "
-       "WHERE source_event_id IN ('d0', 'd1', 'd2')");
-  exec("UPDATE {schema}.processed_events SET created_at = now() - interval '5 months' "
-       "WHERE created_at = (SELECT min(created_at) FROM {schema}.processed_events)");
+  exec(
+      "UPDATE {schema}.balance_events SET created_at = now() - interval '5 months' "
+      "WHERE source_event_id IN ('d0', 'd1', 'd2')");
+  exec(
+      "UPDATE {schema}.processed_events SET created_at = now() - interval '5 months' "
+      "WHERE created_at = (SELECT min(created_at) FROM {schema}.processed_events)");
   EXPECT_FALSE(*is_partitioned(*conn_, schema_));
 
   absl::StatusOr<int> created = enable();
@@ -60,14 +62,14 @@ TEST_F(Partitioning, ConversionKeepsEveryRowAndEveryGuarantee) {
   expect_reconciled();
   // Every old event is still refused, and new ones apply.
   for (int i = 0; i < 20; ++i) {
-    EXPECT_EQ(*ledger_->process_deposit(*conn_, event("d" + std::to_string(i), EventType::kDeposit,
-                                                      1, "1")),
+    EXPECT_EQ(*ledger_->process_deposit(
+                  *conn_, event("d" + std::to_string(i), EventType::kDeposit, 1, "1")),
               Outcome::kAlreadyApplied);
   }
   EXPECT_EQ(*ledger_->process_deposit(*conn_, event("new", EventType::kDeposit, 1, "1")),
             Outcome::kApplied);
   EXPECT_EQ(balance(1), "21");
-  EXPECT_EQ(scalar("SELECT last_value FROM {schema}.balance_events_id_seq") ,
+  EXPECT_EQ(scalar("SELECT last_value FROM {schema}.balance_events_id_seq"),
             scalar("SELECT max(id) FROM {schema}.balance_events"))
       << "the id sequence moved with the table";
 }
@@ -99,14 +101,15 @@ TEST_F(Partitioning, CleanupDropsExpiredMonthsButNeverOneWithAPendingRecord) {
                      "interval '") +
          back + "')");
   }
-  exec("INSERT INTO {schema}.processed_events (idempotency_key, fingerprint, outcome, created_at, "
-       "month) VALUES "
-       "('old_done', 'f', 'success', now() - interval '4 months', "
-       " date_trunc('month', now() - interval '4 months')::date), "
-       "('old_pending', 'f', 'pending', now() - interval '3 months', "
-       " date_trunc('month', now() - interval '3 months')::date), "
-       "('old_done_2', 'f', 'insufficient_funds', now() - interval '3 months', "
-       " date_trunc('month', now() - interval '3 months')::date)");
+  exec(
+      "INSERT INTO {schema}.processed_events (idempotency_key, fingerprint, outcome, created_at, "
+      "month) VALUES "
+      "('old_done', 'f', 'success', now() - interval '4 months', "
+      " date_trunc('month', now() - interval '4 months')::date), "
+      "('old_pending', 'f', 'pending', now() - interval '3 months', "
+      " date_trunc('month', now() - interval '3 months')::date), "
+      "('old_done_2', 'f', 'insufficient_funds', now() - interval '3 months', "
+      " date_trunc('month', now() - interval '3 months')::date)");
   const long before = partitions("processed_events");
   absl::StatusOr<CleanupReport> r = cleanup_idempotency_records(
       *conn_, {.schema = schema_, .ttl = absl::Hours(24 * 30), .pause = absl::ZeroDuration()});
@@ -142,16 +145,15 @@ TEST_F(Partitioning, AMissingNextMonthIsAHealthFindingUntilEnsured) {
 TEST_F(Partitioning, ARowForAMonthNobodyCreatedIsRefusedNotHidden) {
   ASSERT_TRUE(enable().ok());
   open_account(1, "0");
-  absl::StatusOr<Result> r = conn_->execute(
-      "INSERT INTO " + schema_ +
-      ".balance_events (user_id, amount, event_type, source_event_id, created_at) "
-      "VALUES (1, 1, 'deposit', 'future', now() + interval '2 years')");
+  absl::StatusOr<Result> r =
+      conn_->execute("INSERT INTO " + schema_ +
+                     ".balance_events (user_id, amount, event_type, source_event_id, created_at) "
+                     "VALUES (1, 1, 'deposit', 'future', now() + interval '2 years')");
   EXPECT_FALSE(r.ok());
   EXPECT_THAT(r.status().ToString(), ::testing::HasSubstr("no partition"));
-  EXPECT_EQ(ensure_monthly_partitions(*conn_, {.schema = schema_, .months_ahead = 121})
-                .status()
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      ensure_monthly_partitions(*conn_, {.schema = schema_, .months_ahead = 121}).status().code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -113,11 +113,12 @@ TEST_F(PgBouncer, ServerSessionKilledUnderOurTransaction_RetryAppliesOnce) {
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.processed_events"), 0);
 
   pg::Pool pool({.dsn = bouncer_dsn(), .max_size = 1, .connection = unnamed});
-  absl::StatusOr<Outcome> retried = with_retries({.max_attempts = 5}, [&]() -> absl::StatusOr<Outcome> {
-    absl::StatusOr<pg::PooledConnection> c = pool.acquire();
-    if (!c.ok()) return c.status();
-    return ledger_->process_deposit(**c, e);
-  });
+  absl::StatusOr<Outcome> retried =
+      with_retries({.max_attempts = 5}, [&]() -> absl::StatusOr<Outcome> {
+        absl::StatusOr<pg::PooledConnection> c = pool.acquire();
+        if (!c.ok()) return c.status();
+        return ledger_->process_deposit(**c, e);
+      });
   ASSERT_TRUE(retried.ok()) << retried.status();
   EXPECT_EQ(*retried, Outcome::kApplied);
   EXPECT_EQ(balance(1), "2");

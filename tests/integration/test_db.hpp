@@ -41,9 +41,9 @@ std::unique_ptr<pg::Connection> connect();
 // For a test whose subject is a server session itself (LISTEN, killing one
 // known backend, a server restart): behind a transaction pooler the client
 // has no session of its own, so it runs in the direct pass only.
-#define IDEMLEDGER_NEEDS_OWN_SESSION(why)                                            \
-  do {                                                                               \
-    if (::idemledger::testing::via_pgbouncer())                                      \
+#define IDEMLEDGER_NEEDS_OWN_SESSION(why)                                                \
+  do {                                                                                   \
+    if (::idemledger::testing::via_pgbouncer())                                          \
       GTEST_SKIP() << "needs its own server session (" why "); runs in the direct pass"; \
   } while (0)
 

@@ -14,23 +14,24 @@ namespace {
 const absl::Time kNoon = absl::FromUnixMicros(1'796'040'000'123'456);
 
 TEST(Log, JsonLineHasTheFixedKeysFirstThenFields) {
-  const LogField fields[] = {{"result", std::string_view("applied")}, {"retry_count", std::int64_t{2}}};
+  const LogField fields[] = {{"result", std::string_view("applied")},
+                             {"retry_count", std::int64_t{2}}};
   const std::string line = format_json_log_line({.level = LogLevel::kWarning,
                                                  .time = kNoon,
                                                  .message = "event",
                                                  .trace_id = "t-1",
                                                  .event_id = "e-1",
                                                  .fields = fields});
-  EXPECT_EQ(line,
-            "{\"ts\":\"2026-11-30T12:00:00.123456Z\",\"level\":\"warning\",\"msg\":\"event\","
-            "\"trace_id\":\"t-1\",\"event_id\":\"e-1\",\"result\":\"applied\",\"retry_count\":2}\n");
+  EXPECT_EQ(
+      line,
+      "{\"ts\":\"2026-11-30T12:00:00.123456Z\",\"level\":\"warning\",\"msg\":\"event\","
+      "\"trace_id\":\"t-1\",\"event_id\":\"e-1\",\"result\":\"applied\",\"retry_count\":2}\n");
 }
 
 TEST(Log, OmitsEmptyIdsAndEscapesEverything) {
   const LogField fields[] = {{"error", std::string_view("quote \" backslash \\ newline \n \x01")},
                              {"bad_utf8", std::string_view("\xff\xfe ok")}};
-  const std::string line =
-      format_json_log_line({.time = kNoon, .message = "m", .fields = fields});
+  const std::string line = format_json_log_line({.time = kNoon, .message = "m", .fields = fields});
   EXPECT_EQ(line.find("trace_id"), std::string::npos);
   EXPECT_EQ(line.find("event_id"), std::string::npos);
   ASSERT_EQ(line.back(), '\n');

@@ -116,7 +116,8 @@ TEST(PrometheusTextChecker, RefusesWhatAServerWouldRefuse) {
   EXPECT_FALSE(parse_prometheus_text("# TYPE a counter\na{k=\"\\x\"} 1\n").ok()) << "bad escape";
   EXPECT_FALSE(parse_prometheus_text("# TYPE a counter\na one\n").ok()) << "bad value";
   EXPECT_FALSE(parse_prometheus_text("# TYPE a counter\na 1\na 2\n").ok()) << "repeated";
-  EXPECT_FALSE(parse_prometheus_text("# TYPE a gauge\n# TYPE b gauge\na 1\nb 1\na{x=\"1\"} 1\n").ok())
+  EXPECT_FALSE(
+      parse_prometheus_text("# TYPE a gauge\n# TYPE b gauge\na 1\nb 1\na{x=\"1\"} 1\n").ok())
       << "split family";
   EXPECT_FALSE(parse_prometheus_text("# TYPE h histogram\nh_bucket{le=\"1\"} 3\n"
                                      "h_bucket{le=\"+Inf\"} 2\nh_sum 1\nh_count 2\n")
