@@ -101,11 +101,15 @@ TEST_F(DispatcherTest, ClaimIsNotBlockedByADebitHoldingTheUserRow) {
   Ledger in_flight(options());
   ASSERT_EQ(*in_flight.process_withdrawal(*debit, event("w", EventType::kWithdrawal, 1, "1")),
             Outcome::kApplied);
-  exec("SET statement_timeout = '2s'");  // turn a wait into a failure, not a hang
+  // A wait must become a failure, not a hang; transaction-scoped, so nothing
+  // leaks into a session PgBouncer hands to another test.
+  exec("BEGIN");
+  exec("SET LOCAL statement_timeout = '2s'");
   Dispatcher d(*ledger_, dispatch_options());
   absl::StatusOr<std::vector<ClaimedEvent>> batch = d.claim(*conn_);
   ASSERT_TRUE(batch.ok()) << batch.status();
   EXPECT_EQ(batch->size(), 2u);
+  exec("COMMIT");
   ASSERT_TRUE(debit->execute("COMMIT").ok());
 }
 

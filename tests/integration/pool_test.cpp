@@ -151,15 +151,21 @@ TEST(PgConnection, UnnamedStatementModeWorksForPgBouncer) {
 
 TEST(PgConnection, PipelinedBatchIsAtomic) {
   std::unique_ptr<pg::Connection> c = connect();
-  ASSERT_TRUE(c->execute("CREATE TEMP TABLE t (x int PRIMARY KEY)").ok());
-  const Statement batch[] = {{"INSERT INTO t VALUES (1)", {}}, {"INSERT INTO t VALUES (1)", {}}};
+  // A real table, not a temporary one: behind PgBouncer the next transaction
+  // may run in another server session.
+  const std::string t = "pipelined_" + std::to_string(getpid());
+  ASSERT_TRUE(c->execute("CREATE TABLE " + t + " (x int PRIMARY KEY)").ok());
+  const std::string insert = "INSERT INTO " + t + " VALUES (1)";
+  const std::string count = "SELECT count(*) FROM " + t;
+  const Statement batch[] = {{insert, {}}, {insert, {}}};
   absl::StatusOr<Result> r = c->execute_atomically(batch);
   EXPECT_EQ(sqlstate(r.status()), "23505");
   EXPECT_FALSE(commit_in_doubt(r.status())) << "a server refusal is a definite no";
-  EXPECT_EQ(c->execute("SELECT count(*) FROM t")->at(0, 0), "0");
+  EXPECT_EQ(c->execute(count)->at(0, 0), "0");
   EXPECT_TRUE(c->is_idle());
-  const Statement good[] = {{"INSERT INTO t VALUES (1)", {}}, {"SELECT count(*) FROM t", {}}};
+  const Statement good[] = {{insert, {}}, {count, {}}};
   EXPECT_EQ(c->execute_atomically(good)->at(0, 0), "1");
+  ASSERT_TRUE(c->execute("DROP TABLE " + t).ok());
 }
 
 }  // namespace
