@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "src/internal/absl_compat.hpp"
+#include "src/internal/key_encoding.hpp"
 
 namespace idemledger {
 namespace {
@@ -23,21 +24,31 @@ EVP_MD_CTX* thread_digest_context() {
   return ctx.get();
 }
 
-void update_length_prefixed(EVP_MD_CTX* ctx, std::string_view field) {
-  const auto n = static_cast<std::uint32_t>(field.size());
-  const std::array<unsigned char, 4> prefix = {
-      static_cast<unsigned char>(n >> 24), static_cast<unsigned char>(n >> 16),
-      static_cast<unsigned char>(n >> 8), static_cast<unsigned char>(n)};
-  EVP_DigestUpdate(ctx, prefix.data(), prefix.size());
-  EVP_DigestUpdate(ctx, field.data(), field.size());
-}
-
 }  // namespace
 
+namespace internal {
+
+void append_key_preimage(std::string& out, std::span<const std::string_view> fields) {
+  for (std::string_view field : fields) {
+    const auto n = static_cast<std::uint32_t>(field.size());
+    out.push_back(static_cast<char>(n >> 24));
+    out.push_back(static_cast<char>(n >> 16));
+    out.push_back(static_cast<char>(n >> 8));
+    out.push_back(static_cast<char>(n));
+    out.append(field);
+  }
+}
+
+}  // namespace internal
+
 std::string idempotency_key(std::span<const std::string_view> fields) {
+  // The encoding goes into a per-thread buffer whose capacity is reused.
+  thread_local std::string preimage;
+  preimage.clear();
+  internal::append_key_preimage(preimage, fields);
   EVP_MD_CTX* ctx = thread_digest_context();
   EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
-  for (std::string_view field : fields) update_length_prefixed(ctx, field);
+  EVP_DigestUpdate(ctx, preimage.data(), preimage.size());
   std::array<unsigned char, 32> digest{};
   unsigned int digest_length = 0;
   EVP_DigestFinal_ex(ctx, digest.data(), &digest_length);
