@@ -28,7 +28,7 @@ CooldownAlertSink::CooldownAlertSink(AlertSink& downstream, Options options)
 
 void CooldownAlertSink::alert(const Alert& a) {
   {
-    absl::MutexLock lock(&mu_);
+    internal::MutexLock lock(&mu_);
     const absl::Time now = options_.now();
     const std::string key(a.key);
     auto it = last_sent_.find(key);
@@ -50,12 +50,12 @@ void CooldownAlertSink::alert(const Alert& a) {
 }
 
 std::size_t CooldownAlertSink::suppressed() const {
-  absl::MutexLock lock(&mu_);
+  internal::MutexLock lock(&mu_);
   return suppressed_;
 }
 
 std::size_t CooldownAlertSink::dropped() const {
-  absl::MutexLock lock(&mu_);
+  internal::MutexLock lock(&mu_);
   return dropped_;
 }
 

@@ -37,7 +37,7 @@ std::string format_json_log_line(const LogRecord& record) {
 void JsonLineLogSink::log(const LogRecord& record) {
   if (record.level < min_level_) return;
   const std::string line = format_json_log_line(record);
-  absl::MutexLock lock(&mu_);
+  internal::MutexLock lock(&mu_);
   std::fwrite(line.data(), 1, line.size(), out_);
   std::fflush(out_);
 }

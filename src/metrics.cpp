@@ -167,7 +167,7 @@ MetricsRegistry::Series& MetricsRegistry::series_for(std::string_view name, std:
 
 Counter& MetricsRegistry::counter(std::string_view name, std::string_view help,
                                   const MetricLabels& labels) {
-  absl::MutexLock lock(&mu_);
+  internal::MutexLock lock(&mu_);
   Series& s = series_for(name, help, Kind::kCounter, labels);
   if (!s.counter) s.counter = std::make_unique<Counter>();
   return *s.counter;
@@ -175,7 +175,7 @@ Counter& MetricsRegistry::counter(std::string_view name, std::string_view help,
 
 Gauge& MetricsRegistry::gauge(std::string_view name, std::string_view help,
                               const MetricLabels& labels) {
-  absl::MutexLock lock(&mu_);
+  internal::MutexLock lock(&mu_);
   Series& s = series_for(name, help, Kind::kGauge, labels);
   if (!s.gauge) s.gauge = std::make_unique<Gauge>();
   return *s.gauge;
@@ -189,7 +189,7 @@ Histogram& MetricsRegistry::histogram(std::string_view name, std::string_view he
         (i > 0 && upper_bounds[i] <= upper_bounds[i - 1]))
       registration_error(name, "histogram bounds must be positive and strictly increasing");
   }
-  absl::MutexLock lock(&mu_);
+  internal::MutexLock lock(&mu_);
   Series& s = series_for(name, help, Kind::kHistogram, labels);
   if (!s.histogram) {
     for (const auto& [other_labels, other] : families_.find(name)->second.series) {
@@ -206,7 +206,7 @@ Histogram& MetricsRegistry::histogram(std::string_view name, std::string_view he
 
 std::string MetricsRegistry::render() const {
   std::string out;
-  absl::MutexLock lock(&mu_);
+  internal::MutexLock lock(&mu_);
   for (const auto& [name, family] : families_) {
     out += "# HELP ";
     out += name;

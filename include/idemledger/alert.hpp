@@ -19,7 +19,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
+#include "idemledger/internal/mutex.hpp"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
@@ -72,7 +72,7 @@ class CooldownAlertSink final : public AlertSink {
  private:
   AlertSink& downstream_;
   const Options options_;
-  mutable absl::Mutex mu_;
+  mutable internal::Mutex mu_;
   absl::flat_hash_map<std::string, absl::Time> last_sent_ ABSL_GUARDED_BY(mu_);
   std::size_t suppressed_ ABSL_GUARDED_BY(mu_) = 0;
   std::size_t dropped_ ABSL_GUARDED_BY(mu_) = 0;

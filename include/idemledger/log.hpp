@@ -25,7 +25,7 @@
 #include <variant>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "idemledger/internal/mutex.hpp"
 #include "absl/time/time.h"
 
 namespace idemledger {
@@ -74,7 +74,7 @@ class JsonLineLogSink final : public LogSink {
   void log(const LogRecord& record) override;
 
  private:
-  absl::Mutex mu_;
+  internal::Mutex mu_;
   std::FILE* const out_ ABSL_PT_GUARDED_BY(mu_);
   const LogLevel min_level_;
 };

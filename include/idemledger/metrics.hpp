@@ -32,7 +32,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
+#include "idemledger/internal/mutex.hpp"
 #include "absl/time/time.h"
 
 namespace idemledger {
@@ -139,7 +139,7 @@ class MetricsRegistry {
   Series& series_for(std::string_view name, std::string_view help, Kind kind,
                      const MetricLabels& labels) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  mutable absl::Mutex mu_;
+  mutable internal::Mutex mu_;
   std::map<std::string, Family, std::less<>> families_ ABSL_GUARDED_BY(mu_);
 };
 

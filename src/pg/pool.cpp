@@ -47,7 +47,7 @@ void PooledConnection::give_back() {
 Pool::Pool(PoolOptions options) : options_(std::move(options)), owner_pid_(getpid()) {}
 
 Pool::~Pool() {
-  absl::MutexLock lock(&mu_);
+  internal::MutexLock lock(&mu_);
   abandon_if_forked();
   idle_.clear();
 }
@@ -68,9 +68,10 @@ absl::StatusOr<PooledConnection> Pool::acquire() {
   for (;;) {
     std::unique_ptr<Connection> candidate;
     {
-      absl::MutexLock lock(&mu_);
+      internal::MutexLock lock(&mu_);
       abandon_if_forked();
-      if (!mu_.AwaitWithDeadline(absl::Condition(this, &Pool::can_hand_out), deadline)) {
+      if (!mu_.AwaitWithDeadline([this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return can_hand_out(); },
+                                 deadline)) {
         return absl::UnavailableError(
             fmt::format("connection pool exhausted: all {} connections in use for {}",
                         options_.max_size, absl::FormatDuration(options_.acquire_timeout)));
@@ -86,12 +87,12 @@ absl::StatusOr<PooledConnection> Pool::acquire() {
       absl::StatusOr<std::unique_ptr<Connection>> opened =
           Connection::open(options_.dsn, options_.connection);
       if (opened.ok()) {
-        absl::MutexLock lock(&mu_);
+        internal::MutexLock lock(&mu_);
         ++created_;
         return PooledConnection(this, std::move(*opened));
       }
       {
-        absl::MutexLock lock(&mu_);
+        internal::MutexLock lock(&mu_);
         --open_;
       }
       if (opened.status().code() == absl::StatusCode::kInvalidArgument) return opened.status();
@@ -106,7 +107,7 @@ absl::StatusOr<PooledConnection> Pool::acquire() {
     }
     candidate = validate(std::move(candidate));
     if (candidate != nullptr) return PooledConnection(this, std::move(candidate));
-    absl::MutexLock lock(&mu_);
+    internal::MutexLock lock(&mu_);
     --open_;
     ++dropped_;
   }
@@ -125,7 +126,7 @@ std::unique_ptr<Connection> Pool::validate(std::unique_ptr<Connection> conn) {
 
 void Pool::release(std::unique_ptr<Connection> conn, bool discard) {
   const bool drop = discard || conn->is_broken();
-  absl::MutexLock lock(&mu_);
+  internal::MutexLock lock(&mu_);
   if (drop) {
     --open_;
     ++dropped_;
@@ -136,7 +137,7 @@ void Pool::release(std::unique_ptr<Connection> conn, bool discard) {
 }
 
 Pool::Stats Pool::stats() const {
-  absl::MutexLock lock(&mu_);
+  internal::MutexLock lock(&mu_);
   return {.open = open_, .idle = idle_.size(), .created = created_, .dropped = dropped_};
 }
 

@@ -61,12 +61,12 @@ std::unique_ptr<pg::Connection> connect() {
 }
 
 void RecordingAlertSink::alert(const Alert& a) {
-  absl::MutexLock lock(&mu_);
+  internal::MutexLock lock(&mu_);
   keys_.emplace_back(a.key);
 }
 
 std::vector<std::string> RecordingAlertSink::keys() const {
-  absl::MutexLock lock(&mu_);
+  internal::MutexLock lock(&mu_);
   return keys_;
 }
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
+#include "idemledger/internal/mutex.hpp"
 #include "gtest/gtest.h"
 #include "idemledger/alert.hpp"
 #include "idemledger/ledger.hpp"
@@ -54,7 +54,7 @@ class RecordingAlertSink : public AlertSink {
   std::vector<std::string> keys() const;
 
  private:
-  mutable absl::Mutex mu_;
+  mutable internal::Mutex mu_;
   std::vector<std::string> keys_ ABSL_GUARDED_BY(mu_);
 };
 

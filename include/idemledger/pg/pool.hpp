@@ -32,7 +32,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "idemledger/internal/mutex.hpp"
 #include "absl/time/time.h"
 #include "idemledger/pg/connection.hpp"
 
@@ -106,7 +106,7 @@ class Pool {
   void abandon_if_forked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const PoolOptions options_;
-  mutable absl::Mutex mu_;
+  mutable internal::Mutex mu_;
   std::vector<std::unique_ptr<Connection>> idle_ ABSL_GUARDED_BY(mu_);
   std::size_t open_ ABSL_GUARDED_BY(mu_) = 0;
   std::size_t created_ ABSL_GUARDED_BY(mu_) = 0;
