@@ -11,6 +11,7 @@
 // IDEMLEDGER_LEASE_MS (30000), IDEMLEDGER_POLL_MS (500),
 // IDEMLEDGER_RETRY_BASE_MS (1000), IDEMLEDGER_DLQ_SPOOL (./dead_letters.spool),
 // IDEMLEDGER_METRICS_PORT (-1 = no /metrics; 0 = any free port, logged),
+// IDEMLEDGER_WRITE_NOTIFICATIONS (0; 1 writes an outbox row with each outcome),
 // IDEMLEDGER_PREPARED_STATEMENTS (1; 0 behind PgBouncer < 1.21, where LISTEN
 // is not delivered either and the poll interval does the waking).
 #include <atomic>
@@ -38,7 +39,10 @@ int main() {
   // The library's own lines (one per event, with intake's trace id; spool
   // writes and drains; recoveries) go to stdout beside ours.
   idemledger::JsonLineLogSink logs(stdout);
-  const idemledger::Ledger ledger({.schema = schema, .metrics = &metrics});
+  const idemledger::Ledger ledger(
+      {.schema = schema,
+       .write_notifications = example::env_long("IDEMLEDGER_WRITE_NOTIFICATIONS", 0, 0, 1) == 1,
+       .metrics = &metrics});
   const idemledger::DeadLetterQueue dead_letters(
       {.schema = schema, .spool_path = spool, .log = &logs});
   const idemledger::Dispatcher dispatcher(ledger, {.schema = schema,

@@ -12,7 +12,12 @@
 //
 // Environment: IDEMLEDGER_DSN, IDEMLEDGER_SCHEMA (idemledger),
 // IDEMLEDGER_WEBHOOK_SECRET, IDEMLEDGER_INTAKE_PORT, IDEMLEDGER_TIMESTAMP_TOLERANCE_S
-// (0), SIM_EVENTS (20000), SIM_USERS (200), SIM_CONCURRENCY (16), SIM_WAIT_S (90).
+// (0), SIM_EVENTS (20000), SIM_USERS (200), SIM_CONCURRENCY (16), SIM_WAIT_S (90),
+// SIM_DELIVERIES_PER_S (0 = as fast as intake answers; a pace spreads the
+// stream over time, as the chaos soak needs), SIM_CHAOS (0; 1 while tests/chaos/run.sh breaks things: a delivery whose
+// "accepted" answer was lost with its connection comes back as "duplicate",
+// so "accepted exactly once" relaxes to "at most once" — the payment_events
+// count still proves every event was recorded once).
 #include <httplib.h>
 
 #include <algorithm>
@@ -142,6 +147,8 @@ int main(int argc, char** argv) {
   const long n_events = example::env_long("SIM_EVENTS", 20'000, 1, 10'000'000);
   const long concurrency = example::env_long("SIM_CONCURRENCY", 16, 1, 512);
   const long wait_s = example::env_long("SIM_WAIT_S", 90, 1, 3600);
+  const bool chaos = example::env_long("SIM_CHAOS", 0, 0, 1) == 1;
+  const long pace = example::env_long("SIM_DELIVERIES_PER_S", 0, 0, 1'000'000);
   const long port = example::env_long("IDEMLEDGER_INTAKE_PORT", 8080, 1, 65535);
   const long tolerance_s = example::env_long("IDEMLEDGER_TIMESTAMP_TOLERANCE_S", 0, 0, 86400);
   absl::StatusOr<idemledger::WebhookVerifier> signer = idemledger::WebhookVerifier::create(
@@ -189,6 +196,7 @@ int main(int argc, char** argv) {
   const absl::Time start = absl::Now();
   const auto send_all = [&](const std::vector<Delivery>& deliveries) {
     std::atomic<std::size_t> next{0};
+    const absl::Time paced_from = absl::Now();
     std::vector<std::thread> senders;
     senders.reserve(static_cast<std::size_t>(concurrency));
     for (long t = 0; t < concurrency; ++t) {
@@ -197,6 +205,10 @@ int main(int argc, char** argv) {
         client.set_keep_alive(true);
         client.set_tcp_nodelay(true);
         for (std::size_t i; (i = next++) < deliveries.size();) {
+          if (pace > 0) {
+            absl::SleepFor(paced_from + absl::Milliseconds(static_cast<std::int64_t>(i) * 1000 / pace) -
+                           absl::Now());
+          }
           const Delivery& d = deliveries[i];
           const std::string body = body_of(events[static_cast<std::size_t>(d.event)], d);
           const std::string ts =
@@ -240,9 +252,22 @@ int main(int argc, char** argv) {
 
   // Wait for the workers.
   std::unique_ptr<idemledger::pg::Connection> db = connect(dsn);
+  // The database may restart under us (the chaos soak): reconnect and ask again.
   const auto scalar = [&](const std::string& sql) {
-    absl::StatusOr<idemledger::Result> r = db->execute(sql);
-    return r.ok() && !r->rows.empty() ? r->at(0, 0).value_or("NULL") : std::string("ERROR");
+    for (int attempt = 0; attempt < 300; ++attempt) {
+      if (db == nullptr || db->is_broken()) {
+        absl::StatusOr<std::unique_ptr<idemledger::pg::Connection>> c =
+            idemledger::pg::Connection::open(dsn);
+        db = c.ok() ? std::move(*c) : nullptr;
+      }
+      if (db != nullptr) {
+        absl::StatusOr<idemledger::Result> r = db->execute(sql);
+        if (r.ok()) return r->rows.empty() ? std::string("NULL") : r->at(0, 0).value_or("NULL");
+        if (!idemledger::is_retryable(r.status())) return std::string("ERROR");
+      }
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    return std::string("ERROR");
   };
   const std::string pe = schema + ".payment_events";
   const absl::Time deadline = absl::Now() + absl::Seconds(wait_s);
@@ -305,8 +330,9 @@ int main(int argc, char** argv) {
   bool ok = true;
   std::printf("invariants:\n");
   ok &= check(tally["unexpected"] == 0, "every delivery got the answer its kind deserves");
-  ok &= check(accepted_twice == 0 && never_accepted == 0,
-              "every event accepted exactly once, duplicates absorbed");
+  ok &= chaos ? check(accepted_twice == 0, "no event accepted twice, duplicates absorbed")
+              : check(accepted_twice == 0 && never_accepted == 0,
+                      "every event accepted exactly once, duplicates absorbed");
   ok &= check(tally["409"] == bad_each, "every conflicting replay refused with 409");
   ok &= check(scalar("SELECT count(*) FROM " + pe) == std::to_string(n_events),
               "one payment_events row per event");
