@@ -5,6 +5,7 @@
 
 #include "idemledger/alert.hpp"
 #include "idemledger/amount.hpp"
+#include "idemledger/circuit_breaker.hpp"
 #include "idemledger/cleanup.hpp"
 #include "idemledger/connection.hpp"
 #include "idemledger/dispatcher.hpp"

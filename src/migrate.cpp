@@ -43,6 +43,10 @@ const std::vector<Migration>& migrations() {
        {
 #include "src/migrations/0005_partitioning.inc"
        }},
+      {6,
+       {
+#include "src/migrations/0006_circuit_breaker.inc"
+       }},
   };
   return all;
 }
