@@ -12,6 +12,7 @@
 #include "idemledger/dlq.hpp"
 #include "idemledger/event_status.hpp"
 #include "idemledger/event_type.hpp"
+#include "idemledger/finality.hpp"
 #include "idemledger/idempotency_key.hpp"
 #include "idemledger/intake.hpp"
 #include "idemledger/ledger.hpp"

@@ -114,6 +114,19 @@ void CircuitBreaker::record(Connection& conn, const BreakerDecision& decision, b
   }
 }
 
+BreakerDecision CircuitBreaker::acquire() {
+  internal::MutexLock lock(&mu_);
+  const Admission local = acquire_locally();
+  publish(state_);
+  return {.admission = local, .local = true};
+}
+
+void CircuitBreaker::record(const BreakerDecision& decision, bool success) {
+  internal::MutexLock lock(&mu_);
+  record_locally(decision.admission, success);
+  publish(state_);
+}
+
 BreakerState CircuitBreaker::local_state() const {
   internal::MutexLock lock(&mu_);
   return state_;

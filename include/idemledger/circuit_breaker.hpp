@@ -87,6 +87,11 @@ class CircuitBreaker {
   // to the shared state and to the in-process breaker.
   void record(Connection& conn, const BreakerDecision& decision, bool success);
 
+  // acquire() / record() without a database session: the in-process breaker
+  // alone (for callers that have no connection at hand).
+  [[nodiscard]] BreakerDecision acquire();
+  void record(const BreakerDecision& decision, bool success);
+
   // The in-process breaker's state.
   [[nodiscard]] BreakerState local_state() const;
 
