@@ -39,6 +39,8 @@ std::string_view to_string(Disposition d) {
       return "failed";
     case Disposition::kNotClaimed:
       return "not_claimed";
+    case Disposition::kDeferred:
+      return "deferred";
   }
   return "unknown";
 }
@@ -105,6 +107,11 @@ absl::StatusOr<Disposition> Dispatcher::process(Connection& conn,
 absl::StatusOr<Disposition> Dispatcher::process_unmeasured(Connection& conn,
                                                            const ClaimedEvent& claimed) const {
   if (!schema_status_.ok()) return schema_status_;
+  if (options_.finality != nullptr && is_credit(claimed.event.type)) {
+    absl::StatusOr<std::optional<Disposition>> held = hold_until_final(conn, claimed);
+    if (!held.ok()) return held.status();
+    if (*held) return **held;
+  }
   absl::StatusOr<Outcome> outcome = ledger_.process_event(conn, claimed.event);
   if (!outcome.ok()) return record_failure(conn, claimed, outcome.status());
   switch (*outcome) {
@@ -116,6 +123,36 @@ absl::StatusOr<Disposition> Dispatcher::process_unmeasured(Connection& conn,
       return Disposition::kInsufficientFunds;
   }
   return absl::InternalError("unknown ledger outcome");
+}
+
+absl::StatusOr<std::optional<Disposition>> Dispatcher::hold_until_final(
+    Connection& conn, const ClaimedEvent& claimed) const {
+  const std::string& id = claimed.event.event_id;
+  absl::StatusOr<Result> hash = conn.execute(
+      internal::with_schema("SELECT tx_hash FROM {schema}.payment_events WHERE event_id = $1",
+                            options_.schema),
+      {Param(id)});
+  if (!hash.ok()) return hash.status();
+  if (hash->rows.empty() || !hash->at(0, 0)) return std::nullopt;  // nothing to wait for
+  absl::StatusOr<bool> final = options_.finality->is_finalized(*hash->at(0, 0));
+  if (final.ok() && *final) return std::nullopt;
+  if (!final.ok() && final.status().code() == absl::StatusCode::kFailedPrecondition) {
+    absl::StatusOr<Result> r = conn.execute(
+        internal::with_schema("SELECT {schema}.fail_event($1, 'reverted', $2)", options_.schema),
+        {Param(id), Param(final.status().ToString())});
+    if (!r.ok()) return r.status();
+    log_disposition(claimed, Disposition::kFailed, internal::to_std(final.status().message()));
+    return r->at(0, 0) == "failed" ? Disposition::kFailed : Disposition::kNotClaimed;
+  }
+  const std::string delay_ms = std::to_string(absl::ToInt64Milliseconds(options_.finality_recheck));
+  absl::StatusOr<Result> r = conn.execute(
+      internal::with_schema("SELECT {schema}.defer_event($1, $2::bigint)", options_.schema),
+      {Param(id), Param(delay_ms)});
+  if (!r.ok()) return r.status();
+  const Disposition d =
+      r->at(0, 0) == "deferred" ? Disposition::kDeferred : Disposition::kNotClaimed;
+  log_disposition(claimed, d, final.ok() ? "" : internal::to_std(final.status().message()));
+  return d;
 }
 
 absl::StatusOr<Disposition> Dispatcher::record_failure(Connection& conn,
@@ -171,7 +208,7 @@ void Dispatcher::log_disposition(const ClaimedEvent& claimed, Disposition d,
   const LogLevel level = d == Disposition::kFailed ? LogLevel::kError
                          : d == Disposition::kRetryScheduled || d == Disposition::kNotClaimed
                              ? LogLevel::kWarning
-                             : LogLevel::kInfo;
+                             : LogLevel::kInfo;  // incl. kDeferred: waiting is normal
   const std::string amount = claimed.event.amount.to_string();
   const std::array<LogField, 6> fields = {{{"event_type", to_string(claimed.event.type)},
                                            {"user_id", claimed.event.user_id},

@@ -7,18 +7,10 @@
 
 #include "absl/strings/numbers.h"
 #include "src/internal/absl_compat.hpp"
+#include "src/internal/text.hpp"
 
 namespace idemledger {
 namespace {
-
-bool valid_tx_hash(std::string_view h) {
-  if (h.size() != 66 || !h.starts_with("0x")) return false;
-  for (char c : h.substr(2)) {
-    const bool hex = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-    if (!hex) return false;
-  }
-  return true;
-}
 
 // A JSON-RPC quantity ("0x1b4") as an unsigned integer.
 std::optional<std::uint64_t> quantity(const nlohmann::json& v) {
@@ -47,7 +39,7 @@ std::size_t EthFinalityOracle::rpc_calls() const {
 }
 
 absl::StatusOr<bool> EthFinalityOracle::is_finalized(std::string_view tx_hash) {
-  if (!valid_tx_hash(tx_hash)) {
+  if (!internal::is_tx_hash(tx_hash)) {
     return absl::InvalidArgumentError(
         fmt::format("finality: \"{}\" is not a transaction hash (0x + 64 hex digits)", tx_hash));
   }

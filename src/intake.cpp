@@ -205,6 +205,12 @@ absl::StatusOr<WebhookEvent> parse_webhook(std::string_view raw_body) {
     absl::StatusOr<std::string> address = bounded_string(body, "to_address", kMaxAddressLength);
     if (!address.ok()) return address.status();
     event.to_address = *std::move(address);
+    if (const auto hash = body.find("tx_hash"); hash != body.end()) {
+      if (!hash->is_string() || !internal::is_tx_hash(hash->get_ref<const std::string&>())) {
+        return bad_payload("\"tx_hash\" must be a string of 0x and 64 hex digits");
+      }
+      event.tx_hash = hash->get<std::string>();
+    }
   } else {
     const auto user = body.find("user_id");
     if (user == body.end() || !user->is_number_integer() || user->get<std::int64_t>() <= 0) {
@@ -236,11 +242,11 @@ absl::StatusOr<RecordResult> record_webhook_event(Connection& conn, std::string_
   const std::string user = event.user_id ? std::to_string(*event.user_id) : std::string();
   absl::StatusOr<Result> r = conn.execute(
       internal::with_schema(
-          "SELECT {schema}.record_event($1, $2, $3::numeric, $4, $5::bigint, $6, $7)", schema),
+          "SELECT {schema}.record_event($1, $2, $3::numeric, $4, $5::bigint, $6, $7, $8)", schema),
       {Param(event.event_id), Param(to_string(event.type)), Param(amount),
        event.to_address.empty() ? Param() : Param(event.to_address),
        event.user_id ? Param(user) : Param(), trace_id.empty() ? Param() : Param(trace_id),
-       Param(raw_body)});
+       Param(raw_body), event.tx_hash.empty() ? Param() : Param(event.tx_hash)});
   if (!r.ok()) return internal::interpret_ledger_error(r.status());
   const std::optional<std::string>& answer = r->at(0, 0);
   if (answer == "accepted") return RecordResult::kAccepted;

@@ -47,6 +47,10 @@ const std::vector<Migration>& migrations() {
        {
 #include "src/migrations/0006_circuit_breaker.inc"
        }},
+      {7,
+       {
+#include "src/migrations/0007_finality.inc"
+       }},
   };
   return all;
 }

@@ -37,6 +37,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "idemledger/dlq.hpp"
+#include "idemledger/finality.hpp"
 #include "idemledger/ledger.hpp"
 #include "idemledger/log.hpp"
 #include "idemledger/metrics.hpp"
@@ -64,6 +65,12 @@ struct DispatcherOptions {
   // Retries, dead letters, recoveries and time-to-confirm; nullptr records
   // nothing. (Give the Ledger the same object for outcomes and latency.)
   LedgerMetrics* metrics = nullptr;
+  // Credits that carry a tx_hash wait until this oracle says their chain
+  // transaction is final (not yet, or the oracle cannot answer: back to
+  // pending for finality_recheck, retry budget untouched; reverted: failed +
+  // dead letter "reverted"). nullptr credits at once.
+  FinalityOracle* finality = nullptr;
+  absl::Duration finality_recheck = absl::Seconds(15);
   // One structured line per processed event (with intake's trace id) and per
   // recovery; nullptr logs nothing.
   LogSink* log = nullptr;
@@ -88,6 +95,7 @@ enum class Disposition {
   kRetryScheduled,  // transient failure: pending again, due after a backoff
   kFailed,          // permanent failure or retries exhausted: failed + dead letter
   kNotClaimed,      // the claim was lost meanwhile (lease expired and recovered)
+  kDeferred,        // a credit whose transaction is not final yet: pending again, later
 };
 [[nodiscard]] std::string_view to_string(Disposition d);
 
@@ -142,6 +150,9 @@ class Dispatcher {
   absl::StatusOr<Disposition> process_unmeasured(Connection& conn,
                                                  const ClaimedEvent& claimed) const;
   void log_disposition(const ClaimedEvent& claimed, Disposition d, std::string_view error) const;
+  // Empty status: go ahead; otherwise what became of the event instead.
+  absl::StatusOr<std::optional<Disposition>> hold_until_final(Connection& conn,
+                                                              const ClaimedEvent& claimed) const;
   absl::StatusOr<Disposition> record_failure(Connection& conn, const ClaimedEvent& claimed,
                                              const absl::Status& failure) const;
 

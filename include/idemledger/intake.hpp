@@ -78,6 +78,7 @@ struct WebhookEvent {
   EventType type = EventType::kDeposit;
   Amount amount;
   std::string to_address;               // credits: where the funds arrived
+  std::string tx_hash;                  // credits, optional: the chain transaction (0x + 64 hex)
   std::optional<std::int64_t> user_id;  // debits: our own user id
 };
 
@@ -87,7 +88,8 @@ struct WebhookEvent {
 // "event_id" a string of 1..128 bytes; "event_type" one of deposit, airdrop,
 // withdrawal, withdrawal_fee; "amount" a JSON *string* (a number is refused:
 // it may already have been rounded) that Amount::parse accepts; credits need
-// "to_address" (string, 1..128 bytes), debits "user_id" (positive integer).
+// "to_address" (string, 1..128 bytes), debits "user_id" (positive integer);
+// credits may carry "tx_hash" (0x + 64 hex digits) for the finality check.
 // Unknown fields are ignored. kInvalidArgument names the rule broken.
 [[nodiscard]] absl::StatusOr<WebhookEvent> parse_webhook(std::string_view raw_body);
 

@@ -88,4 +88,13 @@ std::string json_line(std::initializer_list<std::pair<std::string_view, std::str
   return out;
 }
 
+bool is_tx_hash(std::string_view text) {
+  if (text.size() != 66 || !text.starts_with("0x")) return false;
+  for (char c : text.substr(2)) {
+    const bool hex = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+    if (!hex) return false;
+  }
+  return true;
+}
+
 }  // namespace idemledger::internal

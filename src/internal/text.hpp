@@ -10,6 +10,9 @@
 namespace idemledger::internal {
 
 // True if `text` is well-formed UTF-8 (no overlongs, no surrogates, <= U+10FFFF).
+// True for "0x" followed by 64 hex digits: a chain transaction hash.
+bool is_tx_hash(std::string_view text);
+
 bool is_valid_utf8(std::string_view text);
 
 // {"k":"v",...}\n with JSON string escaping of every key and value.

@@ -398,5 +398,81 @@ TEST_F(DispatcherTest, LogsEachEventWithIntakesTraceId) {
             "trace-t2");
 }
 
+// An oracle that answers what the test says (the JSON-RPC one is tested
+// against a fake node in finality_test.cpp).
+class ScriptedOracle : public FinalityOracle {
+ public:
+  absl::StatusOr<bool> answer = false;
+  int asked = 0;
+  absl::StatusOr<bool> is_finalized(std::string_view) override {
+    ++asked;
+    return answer;
+  }
+};
+
+TEST_F(DispatcherTest, CreditsWaitForFinalityWithoutSpendingRetries) {
+  open_account(1, "0");
+  exec("INSERT INTO {schema}.deposit_addresses VALUES ('0xaaa', 1)");
+  const std::string hash = "0x" + std::string(64, 'f');
+  const auto deliver = [&](const std::string& id, const std::string& extra) {
+    const std::string body = R"({"event_id":")" + id +
+                             R"(","event_type":"deposit","amount":"5","to_address":"0xaaa")" +
+                             extra + "}";
+    ASSERT_TRUE(record_webhook_event(*conn_, schema_, *parse_webhook(body), "", body).ok());
+  };
+  deliver("chain", R"(,"tx_hash":")" + hash + "\"");
+  deliver("plain", "");  // no hash: nothing to wait for
+  EXPECT_EQ(scalar("SELECT tx_hash FROM {schema}.payment_events WHERE event_id = 'chain'"), hash);
+
+  ScriptedOracle oracle;
+  Dispatcher d(*ledger_,
+               dispatch_options({.finality = &oracle, .finality_recheck = absl::Milliseconds(1)}));
+  for (const absl::StatusOr<bool>& answer :
+       {absl::StatusOr<bool>(false), absl::StatusOr<bool>(absl::UnavailableError("node down"))}) {
+    oracle.answer = answer;
+    absl::StatusOr<std::vector<ClaimedEvent>> batch = d.claim(*conn_);
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    for (const ClaimedEvent& c : *batch) {
+      EXPECT_EQ(*d.process(*conn_, c),
+                c.event.event_id == "chain" ? Disposition::kDeferred : Disposition::kApplied);
+    }
+    EXPECT_EQ(status_of("chain"), "pending");
+    EXPECT_EQ(scalar("SELECT retry_count FROM {schema}.payment_events WHERE event_id = 'chain'"),
+              "0")
+        << "waiting for finality is not a failure";
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(balance(1), "5") << "only the plain deposit so far";
+  oracle.answer = true;
+  EXPECT_EQ(*d.run_once(*conn_), 1);
+  EXPECT_EQ(status_of("chain"), "confirmed");
+  EXPECT_EQ(balance(1), "10");
+  EXPECT_EQ(oracle.asked, 3) << "asked for the hashed deposit only";
+  expect_reconciled();
+}
+
+TEST_F(DispatcherTest, ARevertedDepositFailsWithADeadLetterAndCreditsNothing) {
+  open_account(1, "0");
+  exec("INSERT INTO {schema}.deposit_addresses VALUES ('0xaaa', 1)");
+  const std::string body = R"({"event_id":"r","event_type":"deposit","amount":"5",)"
+                           R"("to_address":"0xaaa","tx_hash":"0x)" +
+                           std::string(64, 'e') + "\"}";
+  ASSERT_TRUE(record_webhook_event(*conn_, schema_, *parse_webhook(body), "t-r", body).ok());
+  // The same event naming another transaction is a conflicting replay.
+  std::string other = body;
+  other.replace(other.find("eeee"), 4, "dddd");
+  EXPECT_EQ(record_webhook_event(*conn_, schema_, *parse_webhook(other), "", other).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  ScriptedOracle oracle;
+  oracle.answer = absl::FailedPreconditionError("transaction reverted");
+  Dispatcher d(*ledger_, dispatch_options({.finality = &oracle}));
+  EXPECT_EQ(*d.run_once(*conn_), 1);
+  EXPECT_EQ(status_of("r"), "failed");
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.dead_letter_queue WHERE event_id = 'r' AND "
+                  "reason = 'reverted' AND trace_id = 't-r'"),
+            1);
+  EXPECT_EQ(balance(1), "0");
+}
+
 }  // namespace
 }  // namespace idemledger::testing

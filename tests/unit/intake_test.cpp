@@ -120,6 +120,25 @@ TEST(ParseWebhook, RefusesEachBrokenRuleByName) {
   EXPECT_THAT(rule_of(R"({"event_id":)"), HasSubstr("well-formed"));
   EXPECT_THAT(rule_of("{\"event_id\":\"e\xff\"}"), HasSubstr("valid UTF-8"));
   EXPECT_THAT(rule_of(std::string(kMaxWebhookBodyLength + 1, ' ')), HasSubstr("at most"));
+  EXPECT_THAT(rule_of(R"({"event_id":"e","event_type":"deposit","amount":"5","to_address":"a",)"
+                      R"("tx_hash":"0x123"})"),
+              HasSubstr("\"tx_hash\" must be a string of 0x and 64 hex digits"));
+  EXPECT_THAT(rule_of(R"({"event_id":"e","event_type":"deposit","amount":"5","to_address":"a",)"
+                      R"("tx_hash":7})"),
+              HasSubstr("\"tx_hash\""));
+}
+
+TEST(ParseWebhook, KeepsACreditsTransactionHash) {
+  const std::string hash = "0x" + std::string(62, 'a') + "Bc";
+  absl::StatusOr<WebhookEvent> e = parse_webhook(
+      R"({"event_id":"e","event_type":"deposit","amount":"5","to_address":"a","tx_hash":")" + hash +
+      "\"}");
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->tx_hash, hash);
+  EXPECT_TRUE(
+      parse_webhook(R"({"event_id":"e","event_type":"deposit","amount":"5","to_address":"a"})")
+          ->tx_hash.empty())
+      << "optional";
 }
 
 }  // namespace
