@@ -44,7 +44,12 @@ class ABSL_LOCKABLE Mutex {
   bool AwaitWithDeadline(Ready ready, absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(this) {
     std::unique_lock<std::mutex> held(mu_, std::adopt_lock);
     ++waiters_;
-    const bool ok = changed_.wait_until(held, absl::ToChronoTime(deadline), ready);
+    bool ok = true;
+    if (deadline == absl::InfiniteFuture()) {
+      changed_.wait(held, ready);  // time_point::max() would overflow inside wait_until
+    } else {
+      ok = changed_.wait_until(held, absl::ToChronoTime(deadline), ready);
+    }
     --waiters_;
     held.release();  // still locked: the caller's MutexLock unlocks it
     return ok;
