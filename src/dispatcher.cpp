@@ -136,10 +136,15 @@ absl::StatusOr<std::optional<Disposition>> Dispatcher::hold_until_final(
   if (hash->rows.empty() || !hash->at(0, 0)) return std::nullopt;  // nothing to wait for
   absl::StatusOr<bool> final = options_.finality->is_finalized(*hash->at(0, 0));
   if (final.ok() && *final) return std::nullopt;
-  if (!final.ok() && final.status().code() == absl::StatusCode::kFailedPrecondition) {
+  // A permanent answer (reverted, or a hash no node will ever know) ends it;
+  // anything retryable only delays it.
+  if (!final.ok() && !is_retryable(final.status())) {
+    const std::string reason = final.status().code() == absl::StatusCode::kFailedPrecondition
+                                   ? std::string("reverted")
+                                   : reason_for(final.status());
     absl::StatusOr<Result> r = conn.execute(
-        internal::with_schema("SELECT {schema}.fail_event($1, 'reverted', $2)", options_.schema),
-        {Param(id), Param(final.status().ToString())});
+        internal::with_schema("SELECT {schema}.fail_event($1, $2, $3)", options_.schema),
+        {Param(id), Param(reason), Param(final.status().ToString())});
     if (!r.ok()) return r.status();
     log_disposition(claimed, Disposition::kFailed, internal::to_std(final.status().message()));
     return r->at(0, 0) == "failed" ? Disposition::kFailed : Disposition::kNotClaimed;

@@ -67,8 +67,9 @@ struct DispatcherOptions {
   LedgerMetrics* metrics = nullptr;
   // Credits that carry a tx_hash wait until this oracle says their chain
   // transaction is final (not yet, or the oracle cannot answer: back to
-  // pending for finality_recheck, retry budget untouched; reverted: failed +
-  // dead letter "reverted"). nullptr credits at once.
+  // pending for finality_recheck, retry budget untouched; reverted, or any
+  // other permanent answer: failed + dead letter "reverted" / the code's
+  // name). nullptr credits at once.
   FinalityOracle* finality = nullptr;
   absl::Duration finality_recheck = absl::Seconds(15);
   // One structured line per processed event (with intake's trace id) and per
