@@ -136,17 +136,23 @@ absl::StatusOr<std::optional<Disposition>> Dispatcher::hold_until_final(
   if (hash->rows.empty() || !hash->at(0, 0)) return std::nullopt;  // nothing to wait for
   absl::StatusOr<bool> final = options_.finality->is_finalized(*hash->at(0, 0));
   if (final.ok() && *final) return std::nullopt;
-  // A permanent answer (reverted, or a hash no node will ever know) ends it;
-  // anything retryable only delays it.
-  if (!final.ok() && !is_retryable(final.status())) {
-    const std::string reason = final.status().code() == absl::StatusCode::kFailedPrecondition
-                                   ? std::string("reverted")
-                                   : reason_for(final.status());
+  // A permanent answer (reverted, or a hash no node will ever know) ends it,
+  // and so does the deadline; anything else only delays it.
+  const bool too_late = claimed.age_at_claim >= options_.finality_deadline;
+  if ((!final.ok() && !is_retryable(final.status())) || too_late) {
+    const std::string reason =
+        !final.ok() && final.status().code() == absl::StatusCode::kFailedPrecondition
+            ? std::string("reverted")
+        : !final.ok() && !is_retryable(final.status()) ? reason_for(final.status())
+                                                       : std::string("not_final_in_time");
     absl::StatusOr<Result> r = conn.execute(
         internal::with_schema("SELECT {schema}.fail_event($1, $2, $3)", options_.schema),
-        {Param(id), Param(reason), Param(final.status().ToString())});
+        {Param(id), Param(reason),
+         Param(final.ok() ? fmt::format("not final {} after intake",
+                                        absl::FormatDuration(claimed.age_at_claim))
+                          : final.status().ToString())});
     if (!r.ok()) return r.status();
-    log_disposition(claimed, Disposition::kFailed, internal::to_std(final.status().message()));
+    log_disposition(claimed, Disposition::kFailed, reason);
     return r->at(0, 0) == "failed" ? Disposition::kFailed : Disposition::kNotClaimed;
   }
   const std::string delay_ms = std::to_string(absl::ToInt64Milliseconds(options_.finality_recheck));

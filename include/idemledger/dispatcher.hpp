@@ -72,6 +72,10 @@ struct DispatcherOptions {
   // name). nullptr credits at once.
   FinalityOracle* finality = nullptr;
   absl::Duration finality_recheck = absl::Seconds(15);
+  // A credit still not final this long after intake recorded it (a dropped
+  // transaction, a node that never answers) fails with a dead letter
+  // "not_final_in_time" for an operator, instead of waiting forever.
+  absl::Duration finality_deadline = absl::Hours(24);
   // One structured line per processed event (with intake's trace id) and per
   // recovery; nullptr logs nothing.
   LogSink* log = nullptr;

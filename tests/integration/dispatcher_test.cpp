@@ -474,5 +474,24 @@ TEST_F(DispatcherTest, ARevertedDepositFailsWithADeadLetterAndCreditsNothing) {
   EXPECT_EQ(balance(1), "0");
 }
 
+TEST_F(DispatcherTest, ACreditNeverFinalGivesUpAtTheDeadline) {
+  open_account(1, "0");
+  exec("INSERT INTO {schema}.deposit_addresses VALUES ('0xaaa', 1)");
+  const std::string body = R"({"event_id":"slow","event_type":"deposit","amount":"5",)"
+                           R"("to_address":"0xaaa","tx_hash":"0x)" +
+                           std::string(64, 'c') + "\"}";
+  ASSERT_TRUE(record_webhook_event(*conn_, schema_, *parse_webhook(body), "", body).ok());
+  exec("UPDATE {schema}.payment_events SET created_at = now() - interval '2 hours'");
+  ScriptedOracle oracle;  // never final
+  Dispatcher d(*ledger_,
+               dispatch_options({.finality = &oracle, .finality_deadline = absl::Hours(1)}));
+  EXPECT_EQ(*d.run_once(*conn_), 1);
+  EXPECT_EQ(status_of("slow"), "failed");
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.dead_letter_queue WHERE reason = "
+                  "'not_final_in_time'"),
+            1);
+  EXPECT_EQ(balance(1), "0");
+}
+
 }  // namespace
 }  // namespace idemledger::testing
