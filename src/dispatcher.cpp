@@ -136,24 +136,20 @@ absl::StatusOr<std::optional<Disposition>> Dispatcher::hold_until_final(
   if (hash->rows.empty() || !hash->at(0, 0)) return std::nullopt;  // nothing to wait for
   absl::StatusOr<bool> final = options_.finality->is_finalized(*hash->at(0, 0));
   if (final.ok() && *final) return std::nullopt;
-  // A permanent answer (reverted, or a hash no node will ever know) ends it,
-  // and so does the deadline; anything else only delays it.
-  const bool too_late = claimed.age_at_claim >= options_.finality_deadline;
-  if ((!final.ok() && !is_retryable(final.status())) || too_late) {
-    const std::string reason =
-        !final.ok() && final.status().code() == absl::StatusCode::kFailedPrecondition
-            ? std::string("reverted")
-        : !final.ok() && !is_retryable(final.status()) ? reason_for(final.status())
-                                                       : std::string("not_final_in_time");
-    absl::StatusOr<Result> r = conn.execute(
-        internal::with_schema("SELECT {schema}.fail_event($1, $2, $3)", options_.schema),
-        {Param(id), Param(reason),
-         Param(final.ok() ? fmt::format("not final {} after intake",
-                                        absl::FormatDuration(claimed.age_at_claim))
-                          : final.status().ToString())});
-    if (!r.ok()) return r.status();
-    log_disposition(claimed, Disposition::kFailed, reason);
-    return r->at(0, 0) == "failed" ? Disposition::kFailed : Disposition::kNotClaimed;
+  // A permanent answer (reverted, or a hash no node will ever know) ends it
+  // the way any permanent failure ends, and so does the deadline; anything
+  // else only delays it.
+  if (!final.ok() && !is_retryable(final.status())) {
+    const bool reverted = final.status().code() == absl::StatusCode::kFailedPrecondition;
+    return record_failure(conn, claimed, final.status(), reverted ? "reverted" : "");
+  }
+  if (claimed.age_at_claim >= options_.finality_deadline) {
+    return record_failure(
+        conn, claimed,
+        absl::FailedPreconditionError(
+            fmt::format("not final {} after intake{}", absl::FormatDuration(claimed.age_at_claim),
+                        final.ok() ? "" : fmt::format(" ({})", final.status().message()))),
+        "not_final_in_time");
   }
   const std::string delay_ms = std::to_string(absl::ToInt64Milliseconds(options_.finality_recheck));
   absl::StatusOr<Result> r = conn.execute(
@@ -168,7 +164,8 @@ absl::StatusOr<std::optional<Disposition>> Dispatcher::hold_until_final(
 
 absl::StatusOr<Disposition> Dispatcher::record_failure(Connection& conn,
                                                        const ClaimedEvent& claimed,
-                                                       const absl::Status& failure) const {
+                                                       const absl::Status& failure,
+                                                       std::string_view reason) const {
   const std::string error = failure.ToString();
   absl::StatusOr<Result> r;
   if (is_retryable(failure)) {
@@ -183,10 +180,11 @@ absl::StatusOr<Disposition> Dispatcher::record_failure(Connection& conn,
                               options_.schema),
         {Param(claimed.event.event_id), Param(error), Param(delay_ms), Param(max_retries)});
   } else {
-    const std::string reason = reason_for(failure);
+    const std::string dead_letter_reason =
+        reason.empty() ? reason_for(failure) : std::string(reason);
     r = conn.execute(
         internal::with_schema("SELECT {schema}.fail_event($1, $2, $3)", options_.schema),
-        {Param(claimed.event.event_id), Param(reason), Param(error)});
+        {Param(claimed.event.event_id), Param(dead_letter_reason), Param(error)});
   }
   if (!r.ok()) {
     emit_log(options_.log, LogLevel::kError, "event failure not recorded; its lease brings it back",

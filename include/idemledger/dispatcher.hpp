@@ -155,11 +155,14 @@ class Dispatcher {
   absl::StatusOr<Disposition> process_unmeasured(Connection& conn,
                                                  const ClaimedEvent& claimed) const;
   void log_disposition(const ClaimedEvent& claimed, Disposition d, std::string_view error) const;
-  // Empty status: go ahead; otherwise what became of the event instead.
+  // nullopt: go ahead and apply it; otherwise what became of the event instead.
   absl::StatusOr<std::optional<Disposition>> hold_until_final(Connection& conn,
                                                               const ClaimedEvent& claimed) const;
+  // Retryable `failure`: a durable retry; otherwise failed + a dead letter
+  // with `reason` (empty: the code's name).
   absl::StatusOr<Disposition> record_failure(Connection& conn, const ClaimedEvent& claimed,
-                                             const absl::Status& failure) const;
+                                             const absl::Status& failure,
+                                             std::string_view reason = {}) const;
 
   const Ledger& ledger_;
   DispatcherOptions options_;
