@@ -18,6 +18,13 @@ std::optional<BreakerState> parse_state(const std::optional<std::string>& text) 
   return std::nullopt;
 }
 
+// This machine's name, for owner(); read once, it does not change under us.
+std::string host_name() {
+  std::array<char, 256> host{};
+  if (gethostname(host.data(), host.size() - 1) != 0) host[0] = '\0';
+  return host.data();
+}
+
 }  // namespace
 
 std::string_view to_string(BreakerState state) {
@@ -46,6 +53,8 @@ std::string_view to_string(Admission admission) {
 
 CircuitBreaker::CircuitBreaker(CircuitBreakerOptions options)
     : options_(std::move(options)),
+      schema_status_(internal::validate_identifier("schema", options_.schema)),
+      host_(options_.owner.empty() ? host_name() : std::string()),
       acquire_sql_(internal::with_schema(
           "SELECT {schema}.breaker_acquire($1, $2, $3::bigint, $4::bigint)", options_.schema)),
       record_sql_(internal::with_schema(
@@ -60,9 +69,7 @@ CircuitBreaker::CircuitBreaker(CircuitBreakerOptions options)
 
 std::string CircuitBreaker::owner() const {
   if (!options_.owner.empty()) return options_.owner;
-  std::array<char, 256> host{};
-  if (gethostname(host.data(), host.size() - 1) != 0) host[0] = '\0';
-  return fmt::format("{}:{}", host.data(), getpid());
+  return fmt::format("{}:{}", host_, getpid());  // the pid per call: fork() makes a new owner
 }
 
 void CircuitBreaker::publish(BreakerState state) {
@@ -73,10 +80,10 @@ BreakerDecision CircuitBreaker::acquire(Connection& conn) {
   const std::string open_ms = std::to_string(absl::ToInt64Milliseconds(options_.open_for));
   const std::string probe_ms = std::to_string(absl::ToInt64Milliseconds(options_.probe_lease));
   const std::string who = owner();
-  absl::StatusOr<Result> r = internal::validate_identifier("schema", options_.schema).ok()
+  absl::StatusOr<Result> r = schema_status_.ok()
                                  ? conn.execute(acquire_sql_, {Param(options_.name), Param(who),
                                                                Param(open_ms), Param(probe_ms)})
-                                 : absl::InvalidArgumentError("invalid schema name");
+                                 : absl::StatusOr<Result>(schema_status_);
   internal::MutexLock lock(&mu_);
   if (!r.ok()) {
     const Admission local = acquire_locally();
@@ -102,10 +109,10 @@ void CircuitBreaker::record(Connection& conn, const BreakerDecision& decision, b
   const std::string threshold = std::to_string(options_.failure_threshold);
   const std::string who = owner();
   absl::StatusOr<Result> r =
-      internal::validate_identifier("schema", options_.schema).ok()
+      schema_status_.ok()
           ? conn.execute(record_sql_, {Param(options_.name), Param(who),
                                        Param(success ? "true" : "false"), Param(threshold)})
-          : absl::InvalidArgumentError("invalid schema name");
+          : absl::StatusOr<Result>(schema_status_);
   if (r.ok()) {
     if (std::optional<BreakerState> s = parse_state(r->at(0, 0))) publish(*s);
   } else {

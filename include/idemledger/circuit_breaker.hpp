@@ -28,6 +28,7 @@
 #include <string>
 #include <string_view>
 
+#include "absl/status/status.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "idemledger/internal/mutex.hpp"
@@ -104,6 +105,8 @@ class CircuitBreaker {
   void publish(BreakerState state);
 
   CircuitBreakerOptions options_;
+  absl::Status schema_status_;
+  std::string host_;  // for owner() when options_.owner is empty
   std::string acquire_sql_;
   std::string record_sql_;
   Gauge* state_gauge_ = nullptr;
