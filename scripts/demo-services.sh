@@ -26,16 +26,8 @@ for w in 1 2; do
   pids+=($!)
 done
 
-# The port a service logged in its '{"msg":"<what>",...,"port":N}' line.
-logged_port() {
-  local log=$1 what=$2 p=""
-  for _ in $(seq 1 100); do
-    p=$(sed -n "s/.*\"msg\":\"$what\".*\"port\":\([0-9]*\).*/\1/p; s/.*\"port\":\([0-9]*\).*\"msg\":\"$what\".*/\1/p" "$log" | head -n 1)
-    [[ -n "$p" ]] && { echo "$p"; return; }
-    sleep 0.1
-  done
-  echo "$log: no \"$what\" line:" >&2; cat "$log" >&2; exit 1
-}
+# shellcheck source=scripts/logged-port.sh
+source scripts/logged-port.sh
 # GET /metrics with bash alone (no curl on a fresh machine); the body only.
 scrape() {
   exec 3<>"/dev/tcp/127.0.0.1/$1"

@@ -64,13 +64,9 @@ start_worker() {
 }
 for w in 1 2 3 4; do start_worker "$w"; done
 
-port=""
-for _ in $(seq 1 100); do
-  port=$(sed -n 's/.*"msg":"listening".*"port":\([0-9]*\).*/\1/p' "$logs/intake.log" | head -n 1)
-  [[ -n "$port" ]] && break
-  sleep 0.1
-done
-[[ -n "$port" ]] || { echo "chaos: webhook_intake did not start" >&2; cat "$logs/intake.log" >&2; exit 1; }
+# shellcheck source=scripts/logged-port.sh
+source scripts/logged-port.sh
+port=$(logged_port "$logs/intake.log" listening)
 
 echo "chaos: $events events against webhook_intake :$port and 4 workers; chaos for ${chaos_s}s (logs: $logs/)"
 # Deliveries paced to span the chaos window (~2.1 per event incl. bad ones).

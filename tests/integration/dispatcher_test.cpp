@@ -34,6 +34,23 @@ class DispatcherTest : public LedgerTest {
     for (int i = 0; i < n; ++i)
       record_event(event("q_" + std::to_string(i), type, 1, amount), "pending");
   }
+  // User 1 with no funds, owner of deposit address 0xaaa.
+  void open_deposit_address() {
+    open_account(1, "0");
+    exec("INSERT INTO {schema}.deposit_addresses VALUES ('0xaaa', 1)");
+  }
+  // A provider's webhook body: a deposit to 0xaaa, naming its chain
+  // transaction when `tx_hash` is given.
+  static std::string deposit_body(const std::string& id, const std::string& amount,
+                                  const std::string& tx_hash = "") {
+    return R"({"event_id":")" + id + R"(","event_type":"deposit","amount":")" + amount +
+           R"(","to_address":"0xaaa")" +
+           (tx_hash.empty() ? std::string() : R"(,"tx_hash":")" + tx_hash + "\"") + "}";
+  }
+  // What intake does with a verified body.
+  absl::StatusOr<RecordResult> deliver(const std::string& body, const std::string& trace_id = "") {
+    return record_webhook_event(*conn_, schema_, *parse_webhook(body), trace_id, body);
+  }
   std::string status_of(const std::string& id) {
     return scalar("SELECT status FROM {schema}.payment_events WHERE event_id = '" + id + "'");
   }
@@ -359,11 +376,8 @@ TEST_F(DispatcherTest, FourWorkerProcessesDrainTheQueueExactlyOnce) {
 // The trace id intake assigned follows the event into the worker's log line
 // and into its dead letter.
 TEST_F(DispatcherTest, LogsEachEventWithIntakesTraceId) {
-  open_account(1, "0");
-  exec("INSERT INTO {schema}.deposit_addresses VALUES ('0xaaa', 1)");
-  const std::string body =
-      R"({"event_id":"t1","event_type":"deposit","amount":"2","to_address":"0xaaa"})";
-  ASSERT_TRUE(record_webhook_event(*conn_, schema_, *parse_webhook(body), "trace-t1", body).ok());
+  open_deposit_address();
+  ASSERT_TRUE(deliver(deposit_body("t1", "2"), "trace-t1").ok());
   record_event(event("t2", EventType::kDeposit, 1, "1"), "pending");
   exec("UPDATE {schema}.payment_events SET trace_id = 'trace-t2' WHERE event_id = 't2'");
   exec("INSERT INTO {schema}.processed_events VALUES ('" + idempotency_key("t2", "deposit") +
@@ -411,17 +425,10 @@ class ScriptedOracle : public FinalityOracle {
 };
 
 TEST_F(DispatcherTest, CreditsWaitForFinalityWithoutSpendingRetries) {
-  open_account(1, "0");
-  exec("INSERT INTO {schema}.deposit_addresses VALUES ('0xaaa', 1)");
+  open_deposit_address();
   const std::string hash = "0x" + std::string(64, 'f');
-  const auto deliver = [&](const std::string& id, const std::string& extra) {
-    const std::string body = R"({"event_id":")" + id +
-                             R"(","event_type":"deposit","amount":"5","to_address":"0xaaa")" +
-                             extra + "}";
-    ASSERT_TRUE(record_webhook_event(*conn_, schema_, *parse_webhook(body), "", body).ok());
-  };
-  deliver("chain", R"(,"tx_hash":")" + hash + "\"");
-  deliver("plain", "");  // no hash: nothing to wait for
+  ASSERT_TRUE(deliver(deposit_body("chain", "5", hash)).ok());
+  ASSERT_TRUE(deliver(deposit_body("plain", "5")).ok());  // no hash: nothing to wait for
   EXPECT_EQ(scalar("SELECT tx_hash FROM {schema}.payment_events WHERE event_id = 'chain'"), hash);
 
   ScriptedOracle oracle;
@@ -452,16 +459,10 @@ TEST_F(DispatcherTest, CreditsWaitForFinalityWithoutSpendingRetries) {
 }
 
 TEST_F(DispatcherTest, ARevertedDepositFailsWithADeadLetterAndCreditsNothing) {
-  open_account(1, "0");
-  exec("INSERT INTO {schema}.deposit_addresses VALUES ('0xaaa', 1)");
-  const std::string body = R"({"event_id":"r","event_type":"deposit","amount":"5",)"
-                           R"("to_address":"0xaaa","tx_hash":"0x)" +
-                           std::string(64, 'e') + "\"}";
-  ASSERT_TRUE(record_webhook_event(*conn_, schema_, *parse_webhook(body), "t-r", body).ok());
+  open_deposit_address();
+  ASSERT_TRUE(deliver(deposit_body("r", "5", "0x" + std::string(64, 'e')), "t-r").ok());
   // The same event naming another transaction is a conflicting replay.
-  std::string other = body;
-  other.replace(other.find("eeee"), 4, "dddd");
-  EXPECT_EQ(record_webhook_event(*conn_, schema_, *parse_webhook(other), "", other).status().code(),
+  EXPECT_EQ(deliver(deposit_body("r", "5", "0x" + std::string(64, 'd'))).status().code(),
             absl::StatusCode::kAlreadyExists);
   ScriptedOracle oracle;
   oracle.answer = absl::FailedPreconditionError("transaction reverted");
@@ -475,12 +476,8 @@ TEST_F(DispatcherTest, ARevertedDepositFailsWithADeadLetterAndCreditsNothing) {
 }
 
 TEST_F(DispatcherTest, ACreditNeverFinalGivesUpAtTheDeadline) {
-  open_account(1, "0");
-  exec("INSERT INTO {schema}.deposit_addresses VALUES ('0xaaa', 1)");
-  const std::string body = R"({"event_id":"slow","event_type":"deposit","amount":"5",)"
-                           R"("to_address":"0xaaa","tx_hash":"0x)" +
-                           std::string(64, 'c') + "\"}";
-  ASSERT_TRUE(record_webhook_event(*conn_, schema_, *parse_webhook(body), "", body).ok());
+  open_deposit_address();
+  ASSERT_TRUE(deliver(deposit_body("slow", "5", "0x" + std::string(64, 'c'))).ok());
   exec("UPDATE {schema}.payment_events SET created_at = now() - interval '2 hours'");
   ScriptedOracle oracle;  // never final
   Dispatcher d(*ledger_,
