@@ -13,6 +13,7 @@
 #include "idemledger/event_status.hpp"
 #include "idemledger/event_type.hpp"
 #include "idemledger/finality.hpp"
+#include "idemledger/relay.hpp"
 #include "idemledger/idempotency_key.hpp"
 #include "idemledger/intake.hpp"
 #include "idemledger/ledger.hpp"

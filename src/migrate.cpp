@@ -51,6 +51,10 @@ const std::vector<Migration>& migrations() {
        {
 #include "src/migrations/0007_finality.inc"
        }},
+      {8,
+       {
+#include "src/migrations/0008_relay.inc"
+       }},
   };
   return all;
 }

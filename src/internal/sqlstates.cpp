@@ -14,7 +14,7 @@ std::optional<absl::StatusCode> code_for(std::string_view state) {
     return absl::StatusCode::kNotFound;
   }
   if (state == kCompensationExceedsBalance || state == kInvalidTransition ||
-      state == kEventTerminal || state == kDeadLetterResolved) {
+      state == kEventTerminal || state == kDeadLetterResolved || state == kRelayEnvelopeFixed) {
     return absl::StatusCode::kFailedPrecondition;
   }
   if (state == kConcurrentChange || state == kRecordInFlight) return absl::StatusCode::kAborted;

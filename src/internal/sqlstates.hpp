@@ -21,6 +21,7 @@ inline constexpr std::string_view kConcurrentChange = "IL013";    // kAborted (r
 inline constexpr std::string_view kInconsistentRecord = "IL014";  // kInternal (alert)
 inline constexpr std::string_view kDeadLetterNotFound = "IL015";  // kNotFound
 inline constexpr std::string_view kDeadLetterResolved = "IL016";  // kFailedPrecondition
+inline constexpr std::string_view kRelayEnvelopeFixed = "IL017";  // kFailedPrecondition
 inline constexpr std::string_view kRecordInFlight = "IL020";      // kAborted (retry)
 
 // Translates a failed ledger statement into the status a caller acts on. Our
