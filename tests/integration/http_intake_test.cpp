@@ -12,6 +12,7 @@
 
 #include "idemledger/dispatcher.hpp"
 #include "idemledger/intake.hpp"
+#include "tests/integration/service_process.hpp"
 #include "tests/integration/test_db.hpp"
 #include "tests/prometheus_text.hpp"
 
@@ -19,62 +20,6 @@ namespace idemledger::testing {
 namespace {
 
 const std::string kSecret(40, 's');
-
-// Starts an example service binary against `schema` with `env` added, and
-// reads the port from its "<listening_msg>" log line; stops it with SIGTERM.
-class ServiceProcess {
- public:
-  ServiceProcess(const char* binary, const std::string& schema,
-                 const std::vector<std::pair<std::string, std::string>>& env,
-                 const std::string& listening_msg) {
-    int out[2];
-    if (pipe(out) != 0) std::abort();
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(out[1], STDOUT_FILENO);
-      close(out[0]);
-      setenv("IDEMLEDGER_DSN", test_dsn().c_str(), 1);
-      setenv("IDEMLEDGER_SCHEMA", schema.c_str(), 1);
-      if (via_pgbouncer()) setenv("IDEMLEDGER_PREPARED_STATEMENTS", "0", 1);
-      for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
-      execl(binary, binary, nullptr);
-      _exit(127);
-    }
-    close(out[1]);
-    FILE* logs = fdopen(out[0], "r");
-    char line[4096];
-    while (port_ == 0 && std::fgets(line, sizeof line, logs) != nullptr) {
-      const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-      if (!j.is_discarded() && j.value("msg", "") == listening_msg) port_ = j.value("port", 0);
-    }
-    // Keep draining its logs so it never blocks on a full pipe.
-    drain_ = std::thread([logs] {
-      char buf[4096];
-      while (std::fgets(buf, sizeof buf, logs) != nullptr) {
-      }
-      std::fclose(logs);
-    });
-  }
-  ~ServiceProcess() {
-    if (pid_ > 0 && exit_code_ < 0) (void)stop();
-    drain_.join();
-  }
-  int port() const { return port_; }
-  // SIGTERM, then the exit code (0 = drained and stopped cleanly).
-  int stop() {
-    kill(pid_, SIGTERM);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    return exit_code_;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int port_ = 0;
-  int exit_code_ = -1;
-  std::thread drain_;
-};
 
 class IntakeProcess : public ServiceProcess {
  public:

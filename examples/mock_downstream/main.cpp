@@ -1,0 +1,193 @@
+// mock_downstream — the external notification API, switchable to fail, time
+// out, or recover on command, that counts what it really received.
+//
+//   POST /notify    a delivery (Idempotency-Key names the message; the relay
+//                   sends X-Relay-Dlq-Retries > 0 for a resend from its DLQ)
+//   POST /control   ?mode=ok|fail|timeout &failure_percent=N &delay_ms=N
+//   GET  /stats     JSON: requests, delivered, unique, duplicates, failed,
+//                   max_concurrency, in_flight, mode, outage_marks
+//   GET  /deliveries JSON: every 2xx in arrival order: [key, dlq_retries, seq]
+//
+// fail answers 503; timeout holds the request for MOCK_TIMEOUT_HOLD_MS and
+// then answers 504 (the client has given up long before); failure_percent
+// answers 503 to that share of requests at random even in mode ok. A switch
+// to fail or timeout records the request sequence number in outage_marks, so
+// a test can tell what arrived after the outage began.
+//
+// Configuration (environment): MOCK_LISTEN_PORT (0 = any free, logged),
+// MOCK_THREADS (64), MOCK_DELAY_MS (0), MOCK_FAILURE_PERCENT (0),
+// MOCK_TIMEOUT_HOLD_MS (3000).
+#include <httplib.h>
+
+#include <atomic>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../common/http.hpp"
+#include "../common/service.hpp"
+#include "absl/container/flat_hash_map.h"
+
+namespace {
+
+struct Delivery {
+  std::string key;
+  long dlq_retries;
+  long seq;
+};
+
+class Downstream {
+ public:
+  Downstream(long delay_ms, long failure_percent, long hold_ms)
+      : delay_ms_(delay_ms), failure_percent_(failure_percent), hold_ms_(hold_ms) {}
+
+  void notify(const httplib::Request& req, httplib::Response& res) {
+    const long seq = ++requests_;
+    const long now = ++in_flight_;
+    long seen = max_concurrency_.load();
+    while (now > seen && !max_concurrency_.compare_exchange_weak(seen, now)) {
+    }
+    respond(req, res, seq);
+    --in_flight_;
+  }
+
+  void control(const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard lock(mu_);
+    if (req.has_param("mode")) {
+      const std::string mode = req.get_param_value("mode");
+      if (mode != "ok" && mode != "fail" && mode != "timeout") {
+        res.status = 400;
+        res.set_content("mode must be ok, fail or timeout\n", "text/plain");
+        return;
+      }
+      if (mode != "ok" && mode_ == "ok") outage_marks_.push_back(requests_.load());
+      mode_ = mode;
+    }
+    if (req.has_param("failure_percent")) {
+      failure_percent_ = std::stol(req.get_param_value("failure_percent"));
+    }
+    if (req.has_param("delay_ms")) delay_ms_ = std::stol(req.get_param_value("delay_ms"));
+    if (req.has_param("reset_max_concurrency")) max_concurrency_ = in_flight_.load();
+    res.set_content("{\"mode\":\"" + mode_ + "\"}\n", "application/json");
+  }
+
+  nlohmann::json stats() {
+    std::lock_guard lock(mu_);
+    long duplicates = 0;
+    for (const auto& [key, n] : delivered_per_key_) duplicates += n - 1;
+    return {{"requests", requests_.load()},
+            {"delivered", static_cast<long>(deliveries_.size())},
+            {"unique", static_cast<long>(delivered_per_key_.size())},
+            {"duplicates", duplicates},
+            {"failed", failed_},
+            {"max_concurrency", max_concurrency_.load()},
+            {"in_flight", in_flight_.load()},
+            {"mode", mode_},
+            {"outage_marks", outage_marks_}};
+  }
+
+  nlohmann::json deliveries() {
+    std::lock_guard lock(mu_);
+    nlohmann::json out = nlohmann::json::array();
+    for (const Delivery& d : deliveries_) out.push_back({d.key, d.dlq_retries, d.seq});
+    return out;
+  }
+
+ private:
+  void respond(const httplib::Request& req, httplib::Response& res, long seq) {
+    std::string mode;
+    long delay_ms = 0;
+    bool unlucky = false;
+    {
+      std::lock_guard lock(mu_);
+      mode = mode_;
+      delay_ms = delay_ms_;
+      unlucky = failure_percent_ > 0 &&
+                std::uniform_int_distribution<long>(0, 99)(random_) < failure_percent_;
+    }
+    if (mode == "timeout") {
+      absl::SleepFor(absl::Milliseconds(hold_ms_));
+      fail(res, 504);
+      return;
+    }
+    if (delay_ms > 0) absl::SleepFor(absl::Milliseconds(delay_ms));
+    if (mode == "fail" || unlucky) {
+      fail(res, 503);
+      return;
+    }
+    const std::string key = req.get_header_value("Idempotency-Key");
+    if (key.empty()) {
+      res.status = 400;
+      res.set_content("Idempotency-Key is required\n", "text/plain");
+      return;
+    }
+    const long dlq_retries =
+        std::strtol(req.get_header_value("X-Relay-Dlq-Retries").c_str(), nullptr, 10);
+    std::lock_guard lock(mu_);
+    ++delivered_per_key_[key];
+    deliveries_.push_back({key, dlq_retries, seq});
+    res.set_content("{\"ok\":true}\n", "application/json");
+  }
+
+  void fail(httplib::Response& res, int status) {
+    {
+      std::lock_guard lock(mu_);
+      ++failed_;
+    }
+    res.status = status;
+    res.set_content("unavailable\n", "text/plain");
+  }
+
+  std::atomic<long> requests_{0};
+  std::atomic<long> in_flight_{0};
+  std::atomic<long> max_concurrency_{0};
+  std::mutex mu_;
+  std::string mode_ = "ok";
+  long delay_ms_;
+  long failure_percent_;
+  const long hold_ms_;
+  long failed_ = 0;
+  std::mt19937_64 random_{std::random_device{}()};
+  absl::flat_hash_map<std::string, long> delivered_per_key_;
+  std::vector<Delivery> deliveries_;
+  std::vector<long> outage_marks_;
+};
+
+}  // namespace
+
+int main() {
+  const long port = example::env_long("MOCK_LISTEN_PORT", 0, 0, 65535);
+  const long threads = example::env_long("MOCK_THREADS", 64, 1, 1024);
+  Downstream downstream(example::env_long("MOCK_DELAY_MS", 0, 0, 60'000),
+                        example::env_long("MOCK_FAILURE_PERCENT", 0, 0, 100),
+                        example::env_long("MOCK_TIMEOUT_HOLD_MS", 3'000, 0, 600'000));
+  example::install_stop_handlers();
+
+  httplib::Server server;
+  server.new_task_queue = [threads] {
+    return new httplib::ThreadPool(static_cast<std::size_t>(threads));
+  };
+  server.Post("/notify", [&](const httplib::Request& req, httplib::Response& res) {
+    downstream.notify(req, res);
+  });
+  server.Post("/control", [&](const httplib::Request& req, httplib::Response& res) {
+    downstream.control(req, res);
+  });
+  server.Get("/stats", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_content(downstream.stats().dump() + "\n", "application/json");
+  });
+  server.Get("/deliveries", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_content(downstream.deliveries().dump() + "\n", "application/json");
+  });
+  const int bound = example::bind_loopback(server, port);
+  example::log("info", {{"msg", "listening"}, {"port", bound}});
+  std::thread stopper([&] {
+    while (!example::stop_requested) absl::SleepFor(absl::Milliseconds(50));
+    server.stop();
+  });
+  server.listen_after_bind();
+  stopper.join();
+  example::log("info", {{"msg", "stopped"}, {"stats", downstream.stats()}});
+  return 0;
+}
