@@ -22,9 +22,14 @@ IDEMLEDGER_LISTEN_PORT=0 IDEMLEDGER_RATE_LIMIT_RPS=100000 "$bin/webhook_intake/w
 pids+=($!)
 for w in 1 2; do
   IDEMLEDGER_WORKER_THREADS=2 IDEMLEDGER_RETRY_BASE_MS=50 IDEMLEDGER_DLQ_SPOOL="$logs/worker$w.spool" \
-    IDEMLEDGER_METRICS_PORT=0 "$bin/outbox_worker/outbox_worker" >"$logs/worker$w.log" 2>&1 &
+    IDEMLEDGER_METRICS_PORT=0 IDEMLEDGER_WRITE_NOTIFICATIONS=1 \
+    "$bin/outbox_worker/outbox_worker" >"$logs/worker$w.log" 2>&1 &
   pids+=($!)
 done
+# The notifications those workers write go to an external API (the mock),
+# through two relay replicas.
+MOCK_DELAY_MS=2 "$bin/mock_downstream/mock_downstream" >"$logs/mock.log" 2>&1 &
+pids+=($!)
 
 # shellcheck source=scripts/logged-port.sh
 source scripts/logged-port.sh
@@ -36,10 +41,34 @@ scrape() {
   exec 3<&-
 }
 port=$(logged_port "$logs/intake.log" listening)
+mock_port=$(logged_port "$logs/mock.log" listening)
+relays=2 relay_in_flight=8
+for r in $(seq "$relays"); do
+  RELAY_URL="http://127.0.0.1:$mock_port/notify" RELAY_MAX_IN_FLIGHT=$relay_in_flight \
+    RELAY_TIMEOUT_MS=500 RELAY_ATTEMPTS=2 RELAY_MARKER_TTL_MS=2000 RELAY_DLQ_BACKOFF_MS=500 \
+    "$bin/notification_relay/notification_relay" >"$logs/relay$r.log" 2>&1 &
+  pids+=($!)
+done
+# POST /control to the mock with bash alone.
+mock_control() {
+  exec 4<>"/dev/tcp/127.0.0.1/$mock_port"
+  printf 'POST /control?mode=%s HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n' "$1" >&4
+  cat <&4 >/dev/null
+  exec 4<&-
+}
+# The outage in the middle of the run: the API hangs for 3 s, then fails for 3 s.
+(sleep 3 && mock_control timeout && sleep 3 && mock_control fail && sleep 3 && mock_control ok) &
+outage=$!
 metrics_ports=("$(logged_port "$logs/worker1.log" "metrics listening")" "$(logged_port "$logs/worker2.log" "metrics listening")")
-echo "demo: webhook_intake on 127.0.0.1:$port, 2 outbox_worker processes (/metrics on ${metrics_ports[*]}); logs in $logs/"
+echo "demo: webhook_intake on 127.0.0.1:$port, 2 outbox_worker processes (/metrics on ${metrics_ports[*]}),"
+echo "      $relays notification_relay processes -> mock_downstream on 127.0.0.1:$mock_port; logs in $logs/"
 
 IDEMLEDGER_INTAKE_PORT=$port "$bin/provider_simulator/provider_simulator" run
+wait "$outage"
+MOCK_PORT=$mock_port RELAY_BOUND=$((relays * relay_in_flight)) \
+  "$bin/provider_simulator/provider_simulator" relay-check
+echo "relay 1 of $relays, its mode through the outage:"
+grep '"relay mode changed"' "$logs/relay1.log" | sed -E 's/.*"ts":"([^"]*)".*"from":"([a-z]*)","to":"([a-z]*)".*/  \1  \2 -> \3/'
 
 # What on-call sees afterwards: the full reconciliation and the queue's status.
 echo

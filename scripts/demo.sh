@@ -4,7 +4,10 @@
 # webhook_intake + 2 outbox_worker processes; provider_simulator sends 20,000
 # events (each delivered 1-3 times, plus bad and conflicting deliveries),
 # waits until every event is terminal, prints a summary and checks every
-# invariant. Exits non-zero if one fails. SIM_EVENTS etc. override the sizes.
+# invariant. The workers' notifications go through 2 notification_relay
+# processes to mock_downstream, which hangs and then fails for 3 s each in the
+# middle; relay-check then proves each was delivered exactly once or kept with
+# its reason. Exits non-zero if anything fails. SIM_EVENTS etc. override sizes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh build

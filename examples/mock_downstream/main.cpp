@@ -5,7 +5,9 @@
 //                   sends X-Relay-Dlq-Retries > 0 for a resend from its DLQ)
 //   POST /control   ?mode=ok|fail|timeout &failure_percent=N &delay_ms=N
 //   GET  /stats     JSON: requests, delivered, unique, duplicates, failed,
-//                   max_concurrency, in_flight, mode, outage_marks
+//                   max_concurrency (requests being served at once; a hung
+//                   one the client abandoned is not counted), in_flight,
+//                   mode, outage_marks
 //   GET  /deliveries JSON: every 2xx in arrival order: [key, dlq_retries, seq]
 //
 // fail answers 503; timeout holds the request for MOCK_TIMEOUT_HOLD_MS and
@@ -44,11 +46,33 @@ class Downstream {
 
   void notify(const httplib::Request& req, httplib::Response& res) {
     const long seq = ++requests_;
+    std::string mode;
+    long delay_ms = 0;
+    bool unlucky = false;
+    {
+      std::lock_guard lock(mu_);
+      mode = mode_;
+      delay_ms = delay_ms_;
+      unlucky = failure_percent_ > 0 &&
+                std::uniform_int_distribution<long>(0, 99)(random_) < failure_percent_;
+    }
+    if (mode == "timeout") {
+      // Hung: the client gives up long before this answers, so the request
+      // is not part of anyone's concurrency any more and is not counted in it.
+      absl::SleepFor(absl::Milliseconds(hold_ms_));
+      fail(res, 504);
+      return;
+    }
     const long now = ++in_flight_;
     long seen = max_concurrency_.load();
     while (now > seen && !max_concurrency_.compare_exchange_weak(seen, now)) {
     }
-    respond(req, res, seq);
+    if (delay_ms > 0) absl::SleepFor(absl::Milliseconds(delay_ms));
+    if (mode == "fail" || unlucky) {
+      fail(res, 503);
+    } else {
+      accept(req, res, seq);
+    }
     --in_flight_;
   }
 
@@ -68,7 +92,6 @@ class Downstream {
       failure_percent_ = std::stol(req.get_param_value("failure_percent"));
     }
     if (req.has_param("delay_ms")) delay_ms_ = std::stol(req.get_param_value("delay_ms"));
-    if (req.has_param("reset_max_concurrency")) max_concurrency_ = in_flight_.load();
     res.set_content("{\"mode\":\"" + mode_ + "\"}\n", "application/json");
   }
 
@@ -95,27 +118,7 @@ class Downstream {
   }
 
  private:
-  void respond(const httplib::Request& req, httplib::Response& res, long seq) {
-    std::string mode;
-    long delay_ms = 0;
-    bool unlucky = false;
-    {
-      std::lock_guard lock(mu_);
-      mode = mode_;
-      delay_ms = delay_ms_;
-      unlucky = failure_percent_ > 0 &&
-                std::uniform_int_distribution<long>(0, 99)(random_) < failure_percent_;
-    }
-    if (mode == "timeout") {
-      absl::SleepFor(absl::Milliseconds(hold_ms_));
-      fail(res, 504);
-      return;
-    }
-    if (delay_ms > 0) absl::SleepFor(absl::Milliseconds(delay_ms));
-    if (mode == "fail" || unlucky) {
-      fail(res, 503);
-      return;
-    }
+  void accept(const httplib::Request& req, httplib::Response& res, long seq) {
     const std::string key = req.get_header_value("Idempotency-Key");
     if (key.empty()) {
       res.status = 400;

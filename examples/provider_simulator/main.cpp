@@ -2,6 +2,8 @@
 //
 //   provider_simulator setup    migrate; users 1..U with 100 each; addresses addr_<u>
 //   provider_simulator run      send, wait until every event is terminal, check
+//   provider_simulator relay-check   wait until notification_relay settled the
+//                               outbox; compare with what mock_downstream got
 //
 // `run` signs and POSTs N events to webhook_intake, each delivered 1-3 times
 // (copies adjacent in the stream race each other; some arrive late), plus bad
@@ -14,10 +16,12 @@
 // IDEMLEDGER_WEBHOOK_SECRET, IDEMLEDGER_INTAKE_PORT, IDEMLEDGER_TIMESTAMP_TOLERANCE_S
 // (0), SIM_EVENTS (20000), SIM_USERS (200), SIM_CONCURRENCY (16), SIM_WAIT_S (90),
 // SIM_DELIVERIES_PER_S (0 = as fast as intake answers; a pace spreads the
-// stream over time, as the chaos soak needs), SIM_CHAOS (0; 1 while tests/chaos/run.sh breaks things: a delivery whose
-// "accepted" answer was lost with its connection comes back as "duplicate",
-// so "accepted exactly once" relaxes to "at most once" — the payment_events
-// count still proves every event was recorded once).
+// stream over time, as the chaos soak needs), SIM_CHAOS (0; 1 while tests/chaos/run.sh breaks
+// things: a delivery whose "accepted" answer was lost with its connection comes back as
+// "duplicate", so "accepted exactly once" relaxes to "at most once" — the payment_events count
+// still proves every event was recorded once). relay-check also reads MOCK_PORT (mock_downstream's
+// port) and RELAY_BOUND (replicas × RELAY_MAX_IN_FLIGHT: the most requests the API may see at
+// once).
 #include <httplib.h>
 
 #include <algorithm>
@@ -134,6 +138,78 @@ int setup(const std::string& dsn, const std::string& schema, long users) {
   return 0;
 }
 
+// Every notification ends delivered exactly once, or dropped or quarantined
+// with its reason; the downstream's own counts must say the same.
+int relay_check(const std::string& dsn, const std::string& schema) {
+  const long port = example::env_long("MOCK_PORT", 0, 1, 65535);
+  const long bound = example::env_long("RELAY_BOUND", 16, 1, 1'000'000);
+  const long wait_s = example::env_long("SIM_WAIT_S", 90, 1, 3600);
+  std::unique_ptr<idemledger::pg::Connection> db = connect(dsn);
+  const auto number = [&](const std::string& sql) {
+    absl::StatusOr<idemledger::Result> r = db->execute(sql);
+    if (!r.ok()) example::config_error(r.status().ToString());
+    return std::stol(r->at(0, 0).value_or("-1"));
+  };
+  const std::string outbox = schema + ".outbox", letters = schema + ".relay_dead_letters";
+  const std::string unsettled =
+      "SELECT (SELECT count(*) FROM " + outbox +
+      " WHERE published_at IS NULL AND diverted_at IS NULL) + (SELECT count(*) FROM " + letters +
+      " WHERE resolution IS NULL)";
+  const absl::Time start = absl::Now();
+  while (number(unsettled) > 0 && absl::Now() < start + absl::Seconds(wait_s)) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  httplib::Client mock("127.0.0.1", static_cast<int>(port));
+  const httplib::Result got = mock.Get("/stats");
+  if (!got || got->status != 200) example::config_error("mock_downstream does not answer");
+  const nlohmann::json stats = nlohmann::json::parse(got->body);
+
+  const long total = number("SELECT count(*) FROM " + outbox);
+  const long published =
+      number("SELECT count(*) FROM " + outbox + " WHERE published_at IS NOT NULL");
+  const long via_dlq =
+      number("SELECT count(*) FROM " + letters + " WHERE resolution = 'delivered'");
+  const long dropped = number("SELECT count(*) FROM " + letters + " WHERE resolution = 'dropped'");
+  const long quarantined = number("SELECT count(*) FROM " + schema + ".relay_quarantine");
+  const long outcomes =
+      number("SELECT count(*) FROM " + schema +
+             ".processed_events WHERE outcome IN ('success', 'insufficient_funds')");
+  std::printf("\nnotification relay (outbox -> mock_downstream, outage in the middle)\n");
+  std::printf("  notifications written         %6ld   (one per applied or refused event)\n", total);
+  std::printf("  delivered                     %6ld   (%ld of them after a stay in the DLQ)\n",
+              published, via_dlq);
+  std::printf("  dropped, kept with reason     %6ld\n", dropped);
+  absl::StatusOr<idemledger::Result> reasons =
+      db->execute("SELECT drop_reason, count(*) FROM " + letters +
+                  " WHERE resolution = 'dropped' GROUP BY 1 ORDER BY 2 DESC");
+  for (const auto& row : reasons.ok() ? reasons->rows : decltype(reasons->rows){}) {
+    std::printf("    %-28s %6s\n", row[0].value_or("").c_str(), row[1].value_or("").c_str());
+  }
+  std::printf("  quarantined (undecodable)     %6ld\n", quarantined);
+  std::printf("  max DLQ retries of a message  %6ld\n",
+              number("SELECT coalesce(max(dlq_retries), 0) FROM " + letters));
+  std::printf(
+      "  downstream: %ld requests, %ld failed answers, %ld distinct messages received, "
+      "%ld twice, at most %ld at once (bound %ld)\n",
+      stats["requests"].get<long>(), stats["failed"].get<long>(), stats["unique"].get<long>(),
+      stats["duplicates"].get<long>(), stats["max_concurrency"].get<long>(), bound);
+
+  std::printf("relay invariants:\n");
+  bool ok = check(total == outcomes, "one notification per outcome, none for a replayed event");
+  ok &= check(number(unsettled) == 0, "nothing left undelivered or waiting in the DLQ");
+  ok &= check(published + dropped + quarantined == total,
+              "every notification delivered, or dropped / quarantined with its reason");
+  ok &= check(stats["unique"].get<long>() == published,
+              "the downstream received exactly the delivered ones");
+  ok &= check(stats["duplicates"].get<long>() == 0, "none delivered twice");
+  ok &= check(stats["max_concurrency"].get<long>() <= bound,
+              "the downstream never saw more than the concurrency bound");
+  ok &= check(stats["outage_marks"].size() >= 1 && via_dlq > 0,
+              "the outage happened and its dead letters were resent");
+  std::printf("\n%s\n", ok ? "relay invariants hold" : "RELAY INVARIANT VIOLATED");
+  return ok ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -142,7 +218,8 @@ int main(int argc, char** argv) {
   const std::string schema = example::env_string("IDEMLEDGER_SCHEMA", "idemledger");
   const long users = example::env_long("SIM_USERS", 200, 1, 1'000'000);
   if (mode == "setup") return setup(dsn, schema, users);
-  if (mode != "run") example::config_error("usage: provider_simulator setup|run");
+  if (mode == "relay-check") return relay_check(dsn, schema);
+  if (mode != "run") example::config_error("usage: provider_simulator setup|run|relay-check");
 
   const long n_events = example::env_long("SIM_EVENTS", 20'000, 1, 10'000'000);
   const long concurrency = example::env_long("SIM_CONCURRENCY", 16, 1, 512);
@@ -206,7 +283,8 @@ int main(int argc, char** argv) {
         client.set_tcp_nodelay(true);
         for (std::size_t i; (i = next++) < deliveries.size();) {
           if (pace > 0) {
-            absl::SleepFor(paced_from + absl::Milliseconds(static_cast<std::int64_t>(i) * 1000 / pace) -
+            absl::SleepFor(paced_from +
+                           absl::Milliseconds(static_cast<std::int64_t>(i) * 1000 / pace) -
                            absl::Now());
           }
           const Delivery& d = deliveries[i];
