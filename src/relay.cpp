@@ -301,9 +301,12 @@ absl::StatusOr<Relay::Decision> Relay::decide(Connection& conn) {
   const bool outbox_waiting = r->at(0, 1) == "t";
   const bool marker_set = r->at(0, 2) == "open" || r->at(0, 2) == "half_open";
   Decision decision;
-  if (!due_dead_letters && !outbox_waiting) {
-    // Nothing to send: no need to take the marker row's lock to find out more.
-    decision.mode = marker_set ? RelayMode::kPaused : RelayMode::kNormal;
+  if (!marker_set || (!due_dead_letters && !outbox_waiting)) {
+    // Closed: every call may go, no need to take the marker row's lock (a
+    // write) on every cycle. Nothing to send: no need to ask for a probe.
+    decision.mode = marker_set         ? RelayMode::kPaused
+                    : due_dead_letters ? RelayMode::kDraining
+                                       : RelayMode::kNormal;
   } else {
     const BreakerDecision admission = breaker_.acquire(conn);
     decision.probe = admission.admission == Admission::kProbe;

@@ -2,11 +2,8 @@
 //
 // Run as many replicas as you like: they share the claim leases, the DLQ and
 // the downstream-unavailable marker through PostgreSQL (idemledger/relay.hpp
-// has the whole contract). Each POSTs {"topic": ..., "message": <the outbox
-// row's JSON, unchanged>} with the headers Idempotency-Key (outbox-<id>),
-// X-Relay-Topic and X-Relay-Dlq-Retries. 2xx delivers; 408, 429, 5xx, a
-// refused connection or a timeout is retried and then dead-lettered; any
-// other 4xx drops the message with the answer as reason.
+// has the whole contract). What it POSTs and how it reads the answer:
+// examples/common/relay_transport.hpp.
 //
 // Policies: "credited" waits in the DLQ at most RELAY_CREDIT_DEADLINE_MS and
 // is resent only while the ledger still holds the credit (a reorg
@@ -27,49 +24,14 @@
 #include <thread>
 
 #include "../common/http.hpp"
+#include "../common/relay_transport.hpp"
 #include "../common/service.hpp"
 #include "idemledger.hpp"
 #include "idemledger/pg/pool.hpp"
 
-namespace {
-
-// "http://host:port/path" split for httplib: the client's base and the path.
-struct Endpoint {
-  std::string base;
-  std::string path;
-};
-
-Endpoint parse_url(const std::string& url) {
-  const std::size_t scheme = url.find("://");
-  const std::size_t path = url.find('/', scheme == std::string::npos ? 0 : scheme + 3);
-  if (scheme == std::string::npos || url.compare(0, scheme, "http") != 0 ||
-      path == std::string::npos) {
-    example::config_error("RELAY_URL must look like http://host:port/path, got \"" + url + "\"");
-  }
-  return {url.substr(0, path), url.substr(path)};
-}
-
-// The HTTP answer as the relay's transport contract wants it.
-absl::Status classify(const httplib::Result& res) {
-  if (!res) {
-    return res.error() == httplib::Error::Read || res.error() == httplib::Error::Write
-               ? absl::DeadlineExceededError("no answer in time: " +
-                                             httplib::to_string(res.error()))
-               : absl::UnavailableError("connection failed: " + httplib::to_string(res.error()));
-  }
-  const int status = res->status;
-  if (status >= 200 && status < 300) return absl::OkStatus();
-  const std::string what = "HTTP " + std::to_string(status);
-  if (status == 408 || status == 429 || status >= 500) return absl::UnavailableError(what);
-  return absl::InvalidArgumentError(what);
-}
-
-}  // namespace
-
 int main() {
   const std::string dsn = example::env_string("IDEMLEDGER_DSN");
   const std::string schema = example::env_string("IDEMLEDGER_SCHEMA", "idemledger");
-  const Endpoint endpoint = parse_url(example::env_string("RELAY_URL"));
   const long max_in_flight = example::env_long("RELAY_MAX_IN_FLIGHT", 8, 1, 1024);
   const long drain = example::env_long("RELAY_DRAIN_CONCURRENCY", 2, 1, 1024);
   const long timeout_ms = example::env_long("RELAY_TIMEOUT_MS", 2'000, 10, 600'000);
@@ -82,26 +44,7 @@ int main() {
     example::config_error("RELAY_DRAIN_CONCURRENCY must not exceed RELAY_MAX_IN_FLIGHT");
   }
 
-  // One client per delivery thread: httplib clients are not shared safely.
-  const auto post = [&](const idemledger::RelayMessage& m) {
-    thread_local std::unique_ptr<httplib::Client> client;
-    if (!client) {
-      client = std::make_unique<httplib::Client>(endpoint.base);
-      client->set_connection_timeout(0, static_cast<time_t>(timeout_ms) * 1000);
-      client->set_read_timeout(timeout_ms / 1000, (timeout_ms % 1000) * 1000);
-      client->set_write_timeout(timeout_ms / 1000, (timeout_ms % 1000) * 1000);
-    }
-    const httplib::Headers headers = {{"Idempotency-Key", "outbox-" + std::to_string(m.outbox_id)},
-                                      {"X-Relay-Topic", m.topic},
-                                      {"X-Relay-Dlq-Retries", std::to_string(m.dlq_retries)}};
-    // The message goes out exactly as the outbox holds it.
-    const std::string body =
-        R"({"topic":)" + nlohmann::json(m.topic).dump() + R"(,"message":)" + m.payload + "}";
-    const absl::Status answer =
-        classify(client->Post(endpoint.path, headers, body, "application/json"));
-    if (!answer.ok()) client.reset();  // a fresh connection for the next try
-    return answer;
-  };
+  const example::HttpRelayTransport post(example::env_string("RELAY_URL"), timeout_ms);
   const idemledger::MessageValidator needs_event_id = [](const idemledger::RelayMessage& m) {
     const nlohmann::json payload = nlohmann::json::parse(m.payload, nullptr, false);
     return payload.is_object() && payload.contains("event_id") && payload["event_id"].is_string()
@@ -159,7 +102,7 @@ int main() {
 
   example::log("info", {{"msg", "relay started"},
                         {"owner", relay.owner()},
-                        {"url", endpoint.base + endpoint.path},
+                        {"url", post.base() + post.path()},
                         {"max_in_flight", max_in_flight}});
   const absl::Status ran = relay.run(
       [&pool](const std::function<void(idemledger::Connection&)>& work) -> absl::Status {
