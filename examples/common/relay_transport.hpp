@@ -47,6 +47,11 @@ class HttpRelayTransport {
       client->set_connection_timeout(s, us);
       client->set_read_timeout(s, us);
       client->set_write_timeout(s, us);
+      // One connection per thread for many calls: cheaper, and a burst of
+      // new connections can overflow a small listen backlog (SYN retried
+      // after a second).
+      client->set_keep_alive(true);
+      client->set_tcp_nodelay(true);  // headers and body leave at once, no Nagle wait
     }
     const httplib::Headers headers = {{"Idempotency-Key", "outbox-" + std::to_string(m.outbox_id)},
                                       {"X-Relay-Topic", m.topic},

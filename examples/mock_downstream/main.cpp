@@ -171,6 +171,9 @@ int main() {
   server.new_task_queue = [threads] {
     return new httplib::ThreadPool(static_cast<std::size_t>(threads));
   };
+  // Keep-alive connections serve many requests, as a real API's do.
+  server.set_keep_alive_max_count(1'000'000);
+  server.set_tcp_nodelay(true);
   server.Post("/notify", [&](const httplib::Request& req, httplib::Response& res) {
     downstream.notify(req, res);
   });
