@@ -74,6 +74,8 @@ grep '"relay mode changed"' "$logs/relay1.log" | sed -E 's/.*"ts":"([^"]*)".*"fr
 echo
 build/tools/idemledger-admin/idemledger-admin reconcile --full
 build/tools/idemledger-admin/idemledger-admin status
+echo
+build/tools/idemledger-admin/idemledger-admin relay status
 
 # And what a Prometheus server scrapes (full text in $logs/*.prom).
 scrape "$port" >"$logs/intake.prom"

@@ -87,6 +87,36 @@ TEST_F(AdminCli, DeadLettersListShowDiscardWithAudit) {
   EXPECT_TRUE(listed.is_array() && listed.empty());
 }
 
+TEST_F(AdminCli, RelayStatusAndList) {
+  exec(
+      "INSERT INTO {schema}.outbox (topic, payload) VALUES ('credited', '{}'), ('credited', '{}'), "
+      "('debited', '{}')");
+  exec(
+      "UPDATE {schema}.outbox SET diverted_at = now() WHERE id IN "
+      "(SELECT id FROM {schema}.outbox ORDER BY id LIMIT 2)");
+  exec(
+      "INSERT INTO {schema}.relay_dead_letters (outbox_id, topic, message, dlq_retries, reason, "
+      "resolution, drop_reason, resolved_at) SELECT id, topic, payload, 6, 'HTTP 503', "
+      "CASE WHEN id = (SELECT min(id) FROM {schema}.outbox) THEN 'dropped' END, "
+      "CASE WHEN id = (SELECT min(id) FROM {schema}.outbox) THEN 'max_retries_exceeded' END, "
+      "CASE WHEN id = (SELECT min(id) FROM {schema}.outbox) THEN now() END "
+      "FROM {schema}.outbox WHERE diverted_at IS NOT NULL");
+  exec(
+      "INSERT INTO {schema}.circuit_breakers (name, state, opened_at) "
+      "VALUES ('relay:notify_api', 'open', now())");
+  CliRun r = admin("relay status");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("marker relay:notify_api: open"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("outbox undelivered +1"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("dead letters open +1"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("dropped: max_retries_exceeded +1"));
+  const nlohmann::json listed = nlohmann::json::parse(admin("--json relay list", false).out);
+  ASSERT_EQ(listed.size(), 2u);
+  EXPECT_TRUE(listed[0]["resolution"].is_null()) << "open ones first";
+  EXPECT_EQ(listed[1]["drop_reason"], "max_retries_exceeded");
+  EXPECT_EQ(listed[1]["dlq_retries"], "6");
+}
+
 TEST_F(AdminCli, DeadLetterReplayAppliesExactlyOnce) {
   // x1 has no queued event: replay applies it now, through the Ledger.
   const std::string direct = scalar("SELECT id FROM {schema}.dead_letter_queue");

@@ -11,6 +11,8 @@
 //     reconcile [--full] [--window-minutes N]
 //     cleanup [--ttl-hours H]
 //     partitions enable|ensure [--months-ahead N]   monthly partitions (partitioning.hpp)
+//     relay status                    the delivery relay: marker, outbox, its DLQ, quarantine
+//     relay list [--limit N]          relay dead letters not delivered (open, then dropped)
 //
 // DSN and schema default to $IDEMLEDGER_DSN and $IDEMLEDGER_SCHEMA. Exit codes: 0 fine, 1 findings
 // (unhealthy, out of balance, unknown id), 2 usage or connection errors.
@@ -43,7 +45,8 @@ struct Args {
                "idemledger-admin: %s\n"
                "usage: idemledger-admin [--dsn DSN] [--schema S] [--json] "
                "migrate|status|stats|dlq list|dlq show ID|dlq replay|discard ID --reason TEXT|"
-               "reconcile [--full]|cleanup [--ttl-hours H]|partitions enable|ensure\n",
+               "reconcile [--full]|cleanup [--ttl-hours H]|partitions enable|ensure|"
+               "relay status|relay list\n",
                why.c_str());
   std::exit(2);
 }
@@ -110,6 +113,11 @@ idemledger::Result query(idemledger::Connection& c, const Args& a, std::string s
     std::exit(2);
   }
   return *std::move(r);
+}
+
+// --limit N for the list verbs (50 by default).
+std::string list_limit(const Args& a) {
+  return a.flags.contains("--limit") ? a.flags.at("--limit") : "50";
 }
 
 std::string actor() {
@@ -179,7 +187,7 @@ int run(idemledger::Connection& c, const Args& a) {
   if (verb == "dlq" && a.words.size() >= 2) {
     const std::string& sub = a.words[1];
     if (sub == "list") {
-      const std::string limit = a.flags.contains("--limit") ? a.flags.at("--limit") : "50";
+      const std::string limit = list_limit(a);
       print_table(
           a, {"id", "event_id", "type", "user", "amount", "reason", "attempt", "created_at"},
           query(c, a,
@@ -324,6 +332,37 @@ int run(idemledger::Connection& c, const Args& a) {
     if (!created.ok()) usage(created.status().ToString());
     std::printf("schema %s: monthly partitions %s; %d created\n", a.schema.c_str(),
                 *idemledger::is_partitioned(c, a.schema) ? "on" : "off (enable first)", *created);
+    return 0;
+  }
+  if (verb == "relay" && a.words.size() == 2 && a.words[1] == "status") {
+    print_table(
+        a, {"what", "count", "since"},
+        query(c, a,
+              "SELECT 'marker ' || name || ': ' || state, NULL, opened_at::text "
+              "FROM {schema}.circuit_breakers WHERE name LIKE 'relay:%' "
+              "UNION ALL SELECT 'outbox undelivered', count(*)::text, min(created_at)::text "
+              "FROM {schema}.outbox WHERE published_at IS NULL AND diverted_at IS NULL "
+              "UNION ALL SELECT 'outbox delivered', count(*)::text, NULL FROM {schema}.outbox "
+              "WHERE published_at IS NOT NULL "
+              "UNION ALL SELECT 'dead letters ' || coalesce(resolution, 'open'), count(*)::text, "
+              "min(first_dlq_at)::text FROM {schema}.relay_dead_letters GROUP BY resolution "
+              "UNION ALL SELECT 'dropped: ' || drop_reason, count(*)::text, NULL "
+              "FROM {schema}.relay_dead_letters WHERE resolution = 'dropped' GROUP BY drop_reason "
+              "UNION ALL SELECT 'quarantined', count(*)::text, min(quarantined_at)::text "
+              "FROM {schema}.relay_quarantine"));
+    return 0;
+  }
+  if (verb == "relay" && a.words.size() == 2 && a.words[1] == "list") {
+    const std::string limit = list_limit(a);
+    print_table(a,
+                {"id", "outbox_id", "topic", "dlq_retries", "first_dlq_at", "reason", "resolution",
+                 "drop_reason"},
+                query(c, a,
+                      "SELECT id::text, outbox_id::text, topic, dlq_retries::text, "
+                      "first_dlq_at::text, reason, resolution, drop_reason "
+                      "FROM {schema}.relay_dead_letters WHERE resolution IS DISTINCT FROM "
+                      "'delivered' ORDER BY resolution NULLS FIRST, id DESC LIMIT $1::bigint",
+                      {Param(limit)}));
     return 0;
   }
   usage("unknown verb: " + verb);
