@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "examples/common/relay_transport.hpp"
+#include "examples/common/http_client.hpp"
 #include "idemledger/migrate.hpp"
 #include "idemledger/pg/pool.hpp"
 #include "idemledger/relay.hpp"
@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
     if (a == "--in-flight") in_flight = std::atoi(v.c_str());
   }
   const example::HttpRelayTransport post(url, 2'000);
-  httplib::Client mock(post.base());
+  httplib::Client mock(post.endpoint().base);
   idemledger::pg::Pool pool({.dsn = dsn, .max_size = static_cast<std::size_t>(in_flight) + 2});
   absl::StatusOr<idemledger::pg::PooledConnection> conn = pool.acquire();
   if (!conn.ok()) {

@@ -3,7 +3,7 @@
 // Run as many replicas as you like: they share the claim leases, the DLQ and
 // the downstream-unavailable marker through PostgreSQL (idemledger/relay.hpp
 // has the whole contract). What it POSTs and how it reads the answer:
-// examples/common/relay_transport.hpp.
+// examples/common/http_client.hpp.
 //
 // Policies: "credited" waits in the DLQ at most RELAY_CREDIT_DEADLINE_MS and
 // is resent only while the ledger still holds the credit (a reorg
@@ -24,7 +24,7 @@
 #include <thread>
 
 #include "../common/http.hpp"
-#include "../common/relay_transport.hpp"
+#include "../common/http_client.hpp"
 #include "../common/service.hpp"
 #include "idemledger.hpp"
 #include "idemledger/pg/pool.hpp"
@@ -102,7 +102,7 @@ int main() {
 
   example::log("info", {{"msg", "relay started"},
                         {"owner", relay.owner()},
-                        {"url", post.base() + post.path()},
+                        {"url", post.endpoint().base + post.endpoint().path},
                         {"max_in_flight", max_in_flight}});
   const absl::Status ran = relay.run(
       [&pool](const std::function<void(idemledger::Connection&)>& work) -> absl::Status {

@@ -13,12 +13,17 @@
 // IDEMLEDGER_METRICS_PORT (-1 = no /metrics; 0 = any free port, logged),
 // IDEMLEDGER_WRITE_NOTIFICATIONS (0; 1 writes an outbox row with each outcome),
 // IDEMLEDGER_PREPARED_STATEMENTS (1; 0 behind PgBouncer < 1.21, where LISTEN
-// is not delivered either and the poll interval does the waking).
+// is not delivered either and the poll interval does the waking),
+// IDEMLEDGER_ETH_RPC_URL (empty; set: a deposit that carries a tx_hash is
+// credited only once that Ethereum JSON-RPC node says it is final, asked
+// through the shared breaker "eth_rpc"), IDEMLEDGER_RPC_TIMEOUT_MS (2000),
+// IDEMLEDGER_FINALITY_RECHECK_MS (15000).
 #include <atomic>
 #include <thread>
 #include <vector>
 
 #include "../common/http.hpp"
+#include "../common/http_client.hpp"
 #include "../common/service.hpp"
 #include "idemledger.hpp"
 #include "idemledger/pg/pool.hpp"
@@ -45,13 +50,31 @@ int main() {
        .metrics = &metrics});
   const idemledger::DeadLetterQueue dead_letters(
       {.schema = schema, .spool_path = spool, .log = &logs});
-  const idemledger::Dispatcher dispatcher(ledger, {.schema = schema,
-                                                   .batch_size = static_cast<int>(batch),
-                                                   .lease = absl::Milliseconds(lease_ms),
-                                                   .retry_base = absl::Milliseconds(retry_base_ms),
-                                                   .dead_letters = &dead_letters,
-                                                   .metrics = &metrics,
-                                                   .log = &logs});
+  // Finality before credit, when a node is configured. The oracle uses the
+  // breaker's in-process half: this process's threads stop calling a dead
+  // node together and one of them probes it.
+  const std::string rpc_url = example::env_string("IDEMLEDGER_ETH_RPC_URL", "");
+  std::optional<idemledger::CircuitBreaker> rpc_breaker;
+  std::optional<idemledger::EthFinalityOracle> finality;
+  if (!rpc_url.empty()) {
+    rpc_breaker.emplace(idemledger::CircuitBreakerOptions{
+        .name = "eth_rpc", .schema = schema, .metrics = &registry});
+    finality.emplace(idemledger::EthFinalityOracleOptions{
+        .transport = example::json_rpc_over_http(
+            rpc_url, example::env_long("IDEMLEDGER_RPC_TIMEOUT_MS", 2'000, 10, 600'000)),
+        .breaker = &*rpc_breaker});
+  }
+  const idemledger::Dispatcher dispatcher(
+      ledger, {.schema = schema,
+               .batch_size = static_cast<int>(batch),
+               .lease = absl::Milliseconds(lease_ms),
+               .retry_base = absl::Milliseconds(retry_base_ms),
+               .dead_letters = &dead_letters,
+               .metrics = &metrics,
+               .finality = finality ? &*finality : nullptr,
+               .finality_recheck = absl::Milliseconds(
+                   example::env_long("IDEMLEDGER_FINALITY_RECHECK_MS", 15'000, 10, 3'600'000)),
+               .log = &logs});
   // One connection per worker thread, one more for scrapes.
   idemledger::pg::Pool pool(
       {.dsn = dsn,
@@ -99,7 +122,10 @@ int main() {
       }
     }
   };
-  example::log("info", {{"msg", "worker started"}, {"threads", threads}, {"schema", schema}});
+  example::log("info", {{"msg", "worker started"},
+                        {"threads", threads},
+                        {"schema", schema},
+                        {"finality", rpc_url.empty() ? "off" : rpc_url}});
   std::vector<std::thread> pool_threads;
   pool_threads.reserve(static_cast<std::size_t>(threads));
   for (int t = 0; t < threads; ++t) pool_threads.emplace_back(work, t);

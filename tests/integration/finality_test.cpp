@@ -10,7 +10,10 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/integration/service_process.hpp"
+#include "tests/integration/test_db.hpp"
 
 namespace idemledger::testing {
 namespace {
@@ -166,6 +169,42 @@ TEST(Finality, NodeDownOrSlowOpensTheBreakerThenOneProbeRecovers) {
   now += absl::Seconds(31);
   EXPECT_EQ(*oracle.is_finalized(kTx), true) << "the probe finds it back";
   EXPECT_EQ(breaker.local_state(), BreakerState::kClosed);
+}
+
+// outbox_worker with IDEMLEDGER_ETH_RPC_URL: a deposit carrying a tx_hash
+// waits, without spending retries, until the node says its block is final.
+class WorkerFinality : public LedgerTest {};
+
+TEST_F(WorkerFinality, TheWorkerCreditsADepositOnlyOnceItsTransactionIsFinal) {
+  FakeChainNode node;
+  node.add_receipt(kTx, 100, true);
+  node.set_finalized(90);
+  open_account(1, "0");
+  record_event(event("dep-final", EventType::kDeposit, 1, "7"), "pending");
+  exec("UPDATE {schema}.payment_events SET tx_hash = '" + kTx + "'");
+  ServiceProcess worker(
+      IDEMLEDGER_OUTBOX_WORKER_BINARY, schema_,
+      {{"IDEMLEDGER_ETH_RPC_URL", "http://127.0.0.1:" + std::to_string(node.port()) + "/"},
+       {"IDEMLEDGER_FINALITY_RECHECK_MS", "100"},
+       {"IDEMLEDGER_POLL_MS", "20"},
+       {"IDEMLEDGER_WORKER_THREADS", "1"},
+       {"IDEMLEDGER_DLQ_SPOOL", ::testing::TempDir() + "/" + schema_ + ".spool"}},
+      "worker started");
+  const auto status = [&] {
+    return scalar("SELECT status || ' ' || retry_count FROM {schema}.payment_events");
+  };
+  for (int i = 0; i < 200 && node.requests() == 0; ++i) absl::SleepFor(absl::Milliseconds(20));
+  ASSERT_GT(node.requests(), 0) << "the worker asked the node";
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_EQ(balance(1), "0") << "block 100 is above the finalized 90: not credited";
+  EXPECT_THAT(status(), ::testing::AnyOf("pending 0", "enqueued 0")) << "no retry spent";
+
+  node.set_finalized(100);
+  // The oracle caches a pending answer for 5 s.
+  for (int i = 0; i < 500 && status() != "confirmed 0"; ++i) absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ(status(), "confirmed 0");
+  EXPECT_EQ(balance(1), "7");
+  EXPECT_EQ(worker.stop(), 0);
 }
 
 }  // namespace
