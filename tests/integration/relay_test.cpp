@@ -29,9 +29,10 @@ class FakeDownstream {
     while (now > seen && !max_concurrent_.compare_exchange_weak(seen, now)) {
     }
     if (delay_ > absl::ZeroDuration()) absl::SleepFor(delay_);
-    absl::Status answer = answer_;
+    absl::Status answer;
     {
       std::lock_guard lock(mu_);
+      answer = answer_;
       ++calls_[m.outbox_id];
       if (answer.ok()) ++delivered_[m.outbox_id];
     }
