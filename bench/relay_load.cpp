@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "examples/common/http_client.hpp"
 #include "idemledger/migrate.hpp"
 #include "idemledger/pg/pool.hpp"
@@ -34,7 +35,9 @@ void run(idemledger::Connection& c, const std::string& sql) {
 long number(idemledger::Connection& c, const std::string& sql) {
   absl::StatusOr<idemledger::Result> r = c.execute(sql);
   if (!r.ok()) std::exit(1);
-  return std::stol(r->at(0, 0).value_or("0"));
+  long n = 0;
+  if (!absl::SimpleAtoi(r->at(0, 0).value_or(""), &n)) std::exit(1);
+  return n;
 }
 
 void seed_outbox(idemledger::Connection& c, long n) {
@@ -50,6 +53,7 @@ double api_alone(const example::HttpRelayTransport& post, long n, int clients) {
   std::atomic<long> next{0};
   const absl::Time start = absl::Now();
   std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(clients));
   for (int t = 0; t < clients; ++t) {
     threads.emplace_back([&] {
       for (long i; (i = next++) < n;) {
@@ -65,6 +69,14 @@ double api_alone(const example::HttpRelayTransport& post, long n, int clients) {
   return static_cast<double>(n) / absl::ToDoubleSeconds(absl::Now() - start);
 }
 
+// One number from the mock's GET /stats (-1 if it does not answer).
+long mock_stat(httplib::Client& mock, const char* key) {
+  const httplib::Result r = mock.Get("/stats");
+  const nlohmann::json stats =
+      r ? nlohmann::json::parse(r->body, nullptr, false) : nlohmann::json();
+  return stats.is_object() ? stats.value(key, -1L) : -1L;
+}
+
 struct RelayRun {
   double seconds;
   long api_calls;
@@ -74,7 +86,7 @@ struct RelayRun {
 RelayRun relay_until_settled(idemledger::pg::Pool& pool, idemledger::Connection& c,
                              const example::HttpRelayTransport& post, int in_flight, int drain,
                              httplib::Client& mock) {
-  const long calls_before = nlohmann::json::parse(mock.Get("/stats")->body)["requests"];
+  const long calls_before = mock_stat(mock, "requests");
   idemledger::Relay relay({.schema = kSchema,
                            .transport = post,
                            .policies = {{"credited", idemledger::RelayPolicy::retries(5)}},
@@ -104,13 +116,11 @@ RelayRun relay_until_settled(idemledger::pg::Pool& pool, idemledger::Connection&
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   stop = true;
   runner.join();
-  const long calls_after = nlohmann::json::parse(mock.Get("/stats")->body)["requests"];
+  const long calls_after = mock_stat(mock, "requests");
   return {seconds, calls_after - calls_before};
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run_benchmark(int argc, char** argv) {
   const char* env_dsn = std::getenv("IDEMLEDGER_TEST_DSN");
   std::string dsn = env_dsn != nullptr ? env_dsn : "", url;
   long messages = 20'000, dlq = 10'000;
@@ -174,7 +184,18 @@ int main(int argc, char** argv) {
   }
   const long undelivered =
       number(c, "SELECT count(*) FROM relay_bench.outbox WHERE published_at IS NULL");
-  const long duplicates = nlohmann::json::parse(mock.Get("/stats")->body)["duplicates"].get<long>();
+  const long duplicates = mock_stat(mock, "duplicates");
   std::printf("  check: %ld undelivered, %ld delivered twice\n", undelivered, duplicates);
   return undelivered == 0 && duplicates == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {  // cpp-httplib's client parses its base URL with std::regex, which may throw
+    return run_benchmark(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "relay_load: %s\n", e.what());
+    return 1;
+  }
 }

@@ -94,7 +94,7 @@ RelayPolicy RelayPolicy::deadline(absl::Duration deadline, RelevanceCheck releva
   return policy;
 }
 
-RelevanceCheck ledger_relevance(std::string schema) {
+RelevanceCheck ledger_relevance(std::string_view schema) {
   if (!internal::validate_identifier("schema", schema).ok()) {
     return [](Connection&, const RelayMessage&) { return Relevance::kQueryFailed; };
   }

@@ -129,7 +129,7 @@ struct RelayPolicy {
 // confirmed and no reorg compensation reversed it, else MISMATCH;
 // "insufficient_funds" MATCH while the event is failed; anything else
 // EXPIRED (the ledger cannot vouch for it); a query error QUERY_FAILED.
-[[nodiscard]] RelevanceCheck ledger_relevance(std::string schema = std::string(kDefaultSchema));
+[[nodiscard]] RelevanceCheck ledger_relevance(std::string_view schema = kDefaultSchema);
 
 enum class RelayMode {
   kNormal,    // delivering the outbox

@@ -67,6 +67,7 @@ TEST_F(RelayOutage, ThreeReplicasRideOutADownstreamOutage) {
   httplib::Client mock("127.0.0.1", mock_process.port());
   const std::string url = "http://127.0.0.1:" + std::to_string(mock_process.port()) + "/notify";
   std::vector<std::unique_ptr<ServiceProcess>> relays;
+  relays.reserve(kReplicas);
   for (int i = 0; i < kReplicas; ++i) {
     relays.push_back(std::make_unique<ServiceProcess>(
         IDEMLEDGER_NOTIFICATION_RELAY_BINARY, schema_,
