@@ -1,12 +1,15 @@
 // Shared by the example services' HTTP endpoints: binding on loopback, and
-// GET /metrics in Prometheus text with the database-derived gauges (queue
-// depth, open dead letters, last reconciliation) refreshed on each scrape.
+// GET /metrics in Prometheus text (MetricsEndpoint), with the database-derived
+// gauges (queue depth, open dead letters, last reconciliation) refreshed on
+// each scrape (serve_metrics).
 #ifndef IDEMLEDGER_EXAMPLES_COMMON_HTTP_HPP
 #define IDEMLEDGER_EXAMPLES_COMMON_HTTP_HPP
 
 #include <httplib.h>
 
+#include <functional>
 #include <string>
+#include <thread>
 
 #include "idemledger/metrics.hpp"
 #include "idemledger/pg/pool.hpp"
@@ -39,6 +42,32 @@ inline void serve_metrics(httplib::Response& res, idemledger::MetricsRegistry& r
       .set(up ? 1 : 0);
   res.set_content(registry.render(), "text/plain; version=0.0.4; charset=utf-8");
 }
+
+// GET /metrics on 127.0.0.1:`port` in a thread of its own, answered by
+// `handler`; port < 0 serves nothing, 0 takes a free port. Logs the port as
+// "metrics listening"; stops when destroyed.
+class MetricsEndpoint {
+ public:
+  MetricsEndpoint(long port, std::function<void(httplib::Response&)> handler) {
+    if (port < 0) return;
+    server_.Get("/metrics", [handler = std::move(handler)](
+                                const httplib::Request&, httplib::Response& res) { handler(res); });
+    const int bound = bind_loopback(server_, port);
+    log("info", {{"msg", "metrics listening"}, {"port", bound}});
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+  }
+  ~MetricsEndpoint() {
+    if (!thread_.joinable()) return;
+    server_.stop();
+    thread_.join();
+  }
+  MetricsEndpoint(const MetricsEndpoint&) = delete;
+  MetricsEndpoint& operator=(const MetricsEndpoint&) = delete;
+
+ private:
+  httplib::Server server_;
+  std::thread thread_;
+};
 
 }  // namespace example
 

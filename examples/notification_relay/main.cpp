@@ -89,16 +89,9 @@ int main() {
        .connection = {.prepared_statements = example::env_prepared_statements()}});
   example::install_stop_handlers();
 
-  httplib::Server metrics_server;
-  std::thread metrics_thread;
-  if (metrics_port >= 0) {
-    metrics_server.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
-      res.set_content(registry.render(), "text/plain; version=0.0.4; charset=utf-8");
-    });
-    const int bound = example::bind_loopback(metrics_server, metrics_port);
-    example::log("info", {{"msg", "metrics listening"}, {"port", bound}});
-    metrics_thread = std::thread([&] { metrics_server.listen_after_bind(); });
-  }
+  const example::MetricsEndpoint metrics_endpoint(metrics_port, [&](httplib::Response& res) {
+    res.set_content(registry.render(), "text/plain; version=0.0.4; charset=utf-8");
+  });
 
   example::log("info", {{"msg", "relay started"},
                         {"owner", relay.owner()},
@@ -112,10 +105,6 @@ int main() {
         return absl::OkStatus();
       },
       [] { return example::stop_requested != 0; });
-  if (metrics_port >= 0) {
-    metrics_server.stop();
-    metrics_thread.join();
-  }
   if (!ran.ok()) example::config_error(std::string(ran.message()));
   example::log("info", {{"msg", "relay stopped"}, {"in_flight", 0}});
   return 0;

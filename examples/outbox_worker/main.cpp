@@ -82,16 +82,9 @@ int main() {
        .connection = {.prepared_statements = example::env_prepared_statements()}});
   example::install_stop_handlers();
 
-  httplib::Server metrics_server;
-  std::thread metrics_thread;
-  if (metrics_port >= 0) {
-    metrics_server.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
-      example::serve_metrics(res, registry, metrics, pool, schema);
-    });
-    const int bound = example::bind_loopback(metrics_server, metrics_port);
-    example::log("info", {{"msg", "metrics listening"}, {"port", bound}});
-    metrics_thread = std::thread([&] { metrics_server.listen_after_bind(); });
-  }
+  const example::MetricsEndpoint metrics_endpoint(metrics_port, [&](httplib::Response& res) {
+    example::serve_metrics(res, registry, metrics, pool, schema);
+  });
   std::atomic<long> processed{0};
 
   const auto work = [&](int thread) {
@@ -130,10 +123,6 @@ int main() {
   pool_threads.reserve(static_cast<std::size_t>(threads));
   for (int t = 0; t < threads; ++t) pool_threads.emplace_back(work, t);
   for (auto& t : pool_threads) t.join();
-  if (metrics_thread.joinable()) {
-    metrics_server.stop();
-    metrics_thread.join();
-  }
   example::log("info", {{"msg", "worker stopped"}, {"processed", processed.load()}});
   return 0;
 }
