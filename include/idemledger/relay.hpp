@@ -198,7 +198,8 @@ class Relay {
   //
   // Delivers until `stop_requested()` returns true, then stops claiming,
   // finishes every delivery in flight and returns. Uses max_in_flight + 1
-  // sessions at most. Returns an error only for a configuration it cannot
+  // sessions at most. Each cycle: decide(), then (unless paused) claim as many
+  // rows as delivery threads are free, from the DLQ while draining. Returns an error only for a configuration it cannot
   // run (it rides out database and downstream outages).
   absl::Status run(const SessionLender& sessions, const std::function<bool()>& stop_requested);
 
@@ -209,8 +210,9 @@ class Relay {
 
   // decide()
   //
-  // Consults the shared marker and the DLQ. kProbe in `probe` means this
-  // process must send exactly one message now and report it.
+  // Consults the shared marker and the DLQ. `probe` set means the marker
+  // expired and this process is the one to try: it sends one message (from
+  // the DLQ when draining) with deliver(..., /*probe=*/true) before anything else.
   struct Decision {
     RelayMode mode = RelayMode::kNormal;
     bool probe = false;
