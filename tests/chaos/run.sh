@@ -3,16 +3,24 @@
 #
 # The soak: on a private PostgreSQL (fsync and synchronous commit ON — a crash
 # must not lose an acknowledged commit), webhook_intake + 4 outbox_worker
-# processes + the provider simulator delivering every event 1-3 times, while
-# a chaos driver (loopback only, bounded in time and count) keeps doing all of:
+# processes + the provider simulator delivering every event 1-3 times, and 2
+# notification_relay processes delivering the workers' notifications to
+# mock_downstream, while a chaos driver (loopback only, bounded in time and
+# count) keeps doing all of:
 #   - SIGKILL a random worker every ~2 s, and start a new one;
-#   - pg_terminate_backend a random worker connection every ~3 s;
+#   - SIGKILL a random relay every ~7 s, and start a new one;
+#   - take the downstream API down (503) for 3 s every ~20 s;
+#   - pg_terminate_backend a random worker or relay connection every ~3 s;
 #   - restart the database RESTARTS times (the second with `stop -m immediate`,
 #     a crash: committed work must survive, in-flight work must be retried);
 #   - hold row locks on hot users for 2 s every ~5 s (NOWAIT and lock_timeout).
 # Then it waits until every event is terminal and checks with its own SQL:
 # no double credit, no lost event, no negative balance, every user reconciles,
-# every non-business failure dead-lettered, one outbox row per final event.
+# every non-business failure dead-lettered, one outbox row per final event;
+# then that every notification reached the API (by its own count), none was
+# dropped, and any received twice is explained by a mark lost after the API's
+# 2xx (relay or session killed, database restarting; the Idempotency-Key lets
+# the API tell).
 # Prints the figures; exits non-zero on any violation.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -46,9 +54,9 @@ started=$(date +%s)
 "$bin/provider_simulator/provider_simulator" setup >/dev/null
 
 pids=()
-declare -A worker_pid
+declare -A worker_pid relay_pid
 cleanup() {
-  kill -TERM "${pids[@]}" "${worker_pid[@]}" 2>/dev/null || true
+  kill -TERM "${pids[@]}" "${worker_pid[@]}" "${relay_pid[@]}" 2>/dev/null || true
   wait 2>/dev/null || true
 }
 trap cleanup EXIT
@@ -68,14 +76,35 @@ for w in 1 2 3 4; do start_worker "$w"; done
 source scripts/logged-port.sh
 port=$(logged_port "$logs/intake.log" listening)
 
-echo "chaos: $events events against webhook_intake :$port and 4 workers; chaos for ${chaos_s}s (logs: $logs/)"
+MOCK_DELAY_MS=1 "$bin/mock_downstream/mock_downstream" >"$logs/mock.log" 2>&1 &
+pids+=($!)
+mock_port=$(logged_port "$logs/mock.log" listening)
+relay_in_flight=4
+start_relay() {
+  IDEMLEDGER_DSN="$IDEMLEDGER_TEST_DSN application_name=chaos_relay" \
+    RELAY_URL="http://127.0.0.1:$mock_port/notify" RELAY_MAX_IN_FLIGHT=$relay_in_flight \
+    RELAY_TIMEOUT_MS=500 RELAY_ATTEMPTS=2 RELAY_MARKER_TTL_MS=1000 RELAY_DLQ_BACKOFF_MS=500 \
+    RELAY_MAX_RETRIES=50 RELAY_POLL_MS=50 \
+    "$bin/notification_relay/notification_relay" >>"$logs/relay$1.log" 2>&1 &
+  relay_pid[$1]=$!
+}
+for r in 1 2; do start_relay "$r"; done
+# The mock over bash's /dev/tcp (no curl on a fresh machine): METHOD PATH, body out.
+mock_http() {
+  exec 5<>"/dev/tcp/127.0.0.1/$mock_port"
+  printf '%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n' "$1" "$2" >&5
+  sed '1,/^\r$/d' <&5
+  exec 5<&-
+}
+
+echo "chaos: $events events against webhook_intake :$port, 4 workers, 2 relays -> mock :$mock_port; chaos for ${chaos_s}s (logs: $logs/)"
 # Deliveries paced to span the chaos window (~2.1 per event incl. bad ones).
 SIM_CHAOS=1 SIM_EVENTS=$events SIM_WAIT_S=600 SIM_CONCURRENCY=8 IDEMLEDGER_INTAKE_PORT=$port \
   SIM_DELIVERIES_PER_S=$((events * 21 / 10 / chaos_s + 1)) \
   "$bin/provider_simulator/provider_simulator" run >"$logs/provider.log" 2>&1 &
 provider=$!
 
-kills=0 conn_kills=0 db_restarts=0 lock_holds=0
+kills=0 relay_kills=0 api_outages=0 conn_kills=0 db_restarts=0 lock_holds=0
 tick=0
 chaos_end=$(($(date +%s) + chaos_s))
 while (($(date +%s) < chaos_end)); do
@@ -87,9 +116,20 @@ while (($(date +%s) < chaos_end)); do
     wait "${worker_pid[$w]}" 2>/dev/null || true
     start_worker "$w"
   fi
+  if ((tick % 14 == 7)); then  # ~7 s: SIGKILL a relay, deliveries in flight, start a new one
+    r=$((RANDOM % 2 + 1))
+    kill -KILL "${relay_pid[$r]}" 2>/dev/null && relay_kills=$((relay_kills + 1))
+    wait "${relay_pid[$r]}" 2>/dev/null || true
+    start_relay "$r"
+  fi
+  if ((tick % 40 == 20)); then  # ~20 s: the API answers 503 for 3 s
+    mock_http POST "/control?mode=fail" >/dev/null
+    (sleep 3 && mock_http POST "/control?mode=ok" >/dev/null) &
+    api_outages=$((api_outages + 1))
+  fi
   if ((tick % 6 == 3)); then  # ~3 s: the server kills one of their sessions
     n=$(sql "SELECT count(pg_terminate_backend(pid)) FROM (SELECT pid FROM pg_stat_activity
-              WHERE application_name = 'chaos_worker' ORDER BY random() LIMIT 1) s" 2>/dev/null || echo 0)
+              WHERE application_name IN ('chaos_worker', 'chaos_relay') ORDER BY random() LIMIT 1) s" 2>/dev/null || echo 0)
     conn_kills=$((conn_kills + ${n:-0}))
   fi
   if ((tick % 10 == 5)); then  # ~5 s: hot users locked for 2 s
@@ -105,13 +145,22 @@ while (($(date +%s) < chaos_end)); do
     db_restarts=$((db_restarts + 1))
   fi
 done
-echo "chaos: stopped after ${chaos_s}s ($kills kills, $conn_kills connection kills, $db_restarts restarts, $lock_holds lock holds); waiting for the provider"
+echo "chaos: stopped after ${chaos_s}s ($kills worker kills, $relay_kills relay kills, $api_outages API outages, $conn_kills connection kills, $db_restarts restarts, $lock_holds lock holds); waiting for the provider"
 
 set +e
 wait "$provider"
 provider_status=$?
 set -e
 cat "$logs/provider.log" | sed -n '/^provider sent/,$p'
+
+# The relays finish what the workers wrote (the last outage is over by now).
+mock_http POST "/control?mode=ok" >/dev/null
+unsettled_sql="SELECT (SELECT count(*) FROM $schema.outbox WHERE published_at IS NULL AND diverted_at IS NULL)
+   + (SELECT count(*) FROM $schema.relay_dead_letters WHERE resolution IS NULL)"
+for _ in $(seq 1 600); do
+  [[ $(sql "$unsettled_sql" | tr -d ' ') == 0 ]] && break
+  sleep 0.2
+done
 
 # Independent checks, our own SQL (not the library's, not the simulator's).
 q() { sql "$1" | tr -d ' '; }
@@ -145,6 +194,15 @@ unreconciled=$(q "SELECT count(*) FROM $schema.users u WHERE u.balance <> u.init
    + coalesce((SELECT sum(b.amount) FROM $schema.balance_events b WHERE b.user_id = u.id), 0)")
 outbox_doubles=$(q "SELECT count(*) FROM (SELECT 1 FROM $schema.outbox GROUP BY payload->>'event_id' HAVING count(*) > 1) d")
 outbox_missing=$(q "SELECT ($confirmed + $insufficient) - count(DISTINCT payload->>'event_id') FROM $schema.outbox")
+unsettled=$(q "$unsettled_sql")
+notifications=$(q "SELECT count(*) FROM $schema.outbox")
+published=$(q "SELECT count(*) FROM $schema.outbox WHERE published_at IS NOT NULL")
+via_dlq=$(q "SELECT count(*) FROM $schema.relay_dead_letters WHERE resolution = 'delivered'")
+dropped=$(q "SELECT count(*) FROM $schema.relay_dead_letters WHERE resolution = 'dropped'")
+quarantined=$(q "SELECT count(*) FROM $schema.relay_quarantine")
+mock_stats=$(mock_http GET /stats)
+mock_stat() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p" <<<"$mock_stats"; }
+received=$(mock_stat unique) received_twice=$(mock_stat duplicates)
 wall=$(($(date +%s) - started))
 
 violations=0
@@ -159,6 +217,8 @@ row "workers SIGKILLed" "$kills"
 row "worker connections killed by the server" "$conn_kills"
 row "database restarts (1 crash: stop -m immediate)" "$db_restarts"
 row "hot-user lock holds (2 s)" "$lock_holds"
+row "relays SIGKILLed" "$relay_kills"
+row "API outages (503 for 3 s)" "$api_outages"
 row "confirmed" "$confirmed"
 row "failed: insufficient funds" "$insufficient"
 row "failed: dead-lettered (events, by reason)" "$dlq_failed ($failed_by_reason)"
@@ -173,6 +233,17 @@ verdict "users out of balance (reconciliation)" "$unreconciled" 0
 verdict "outbox rows twice for one event" "$outbox_doubles" 0
 verdict "final events without their outbox row" "$outbox_missing" 0
 verdict "provider simulator's own invariants (exit code)" "$provider_status" 0
+row "notifications written" "$notifications"
+row "delivered (after a stay in the relay's DLQ)" "$published ($via_dlq)"
+verdict "notifications not delivered" "$unsettled" 0
+verdict "dropped or quarantined" "$((dropped + quarantined))" 0
+verdict "delivered but never received by the API" "$((published - received))" 0
+# A 2xx whose mark was lost (relay killed, its session killed, the database
+# restarting) is delivered again after the lease, with the same key.
+row "received twice (2xx given, then the mark lost)" "$received_twice"
+mark_losses=$(((relay_kills + conn_kills + db_restarts * 2) * relay_in_flight))
+verdict "received twice beyond what lost marks explain" \
+  "$((received_twice > mark_losses ? received_twice : 0))" 0
 if ((violations > 0)); then
   echo "chaos soak: $violations VIOLATION(S)"
   exit 1
