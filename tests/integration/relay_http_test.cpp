@@ -96,15 +96,16 @@ TEST_F(RelayOutage, ThreeReplicasRideOutADownstreamOutage) {
       },
       absl::Seconds(10)))
       << "a failed delivery sets the marker";
-  absl::SleepFor(absl::Milliseconds(700));  // deliveries already in flight give up (2 × 300 ms)
+  absl::SleepFor(absl::Seconds(1));  // deliveries already in flight give up (2 × 300 ms + backoff)
   mock_mode(mock, "fail");
   deposit(3, 100);
   const long requests_paused = mock_get(mock, "/stats")["requests"];
   absl::SleepFor(absl::Milliseconds(2500));
   const long during_pause = long{mock_get(mock, "/stats")["requests"]} - requests_paused;
   // Unpaused, 12 deliveries at a time would have made hundreds of calls; paused,
-  // only the one probe per marker period (2 attempts each) goes out.
-  EXPECT_LE(during_pause, 3 * 2) << "every replica paused while the marker lives";
+  // only the one probe per marker period (1 s, 2 attempts each) goes out, and
+  // a slow machine may let one straggler's last attempt land in the window.
+  EXPECT_LE(during_pause, 3 * 2 + 1) << "every replica paused while the marker lives";
   EXPECT_GT(count("SELECT count(*) FROM {schema}.relay_dead_letters"), 0);
 
   mock_mode(mock, "ok");
