@@ -403,39 +403,55 @@ absl::Status Relay::send_with_retries(const RelayMessage& message) const {
 absl::StatusOr<Relay::Outcome> Relay::deliver(Connection& conn, const RelayMessage& message,
                                               bool probe) {
   if (!options_status_.ok()) return options_status_;
-  absl::StatusOr<RelayDisposition> recorded;
-  bool called = false;
+  return finish(conn, attempt(conn, message, probe));
+}
+
+absl::StatusOr<Relay::Outcome> Relay::finish(Connection& conn, const Attempt& attempt) {
+  absl::StatusOr<RelayDisposition> recorded = attempt.record(conn);
+  if (!recorded.ok()) return recorded.status();
+  count(*recorded);
+  return Outcome{.disposition = *recorded, .called_downstream = attempt.called_downstream};
+}
+
+Relay::Attempt Relay::attempt(Connection& conn, const RelayMessage& message, bool probe) {
   if (absl::Status decoded = decode(message); !decoded.ok()) {
     // A letter that decoded once but no longer does (its policy was
     // removed) is already off the outbox: it ends dropped, with the reason.
-    const std::string reason = fmt::format("undecodable: {}", decoded.message());
-    recorded = message.from_dead_letters() ? record_dropped(conn, message, reason)
-                                           : record_quarantined(conn, message, reason);
-  } else {
-    const RelayPolicy& policy = options_.policies.find(message.topic)->second;
-    const Verdict verdict = message.from_dead_letters() ? judge(conn, message, policy) : Verdict{};
-    if (verdict.drop_reason) {
-      recorded = record_dropped(conn, message, *verdict.drop_reason);
-    } else if (verdict.requeue) {
-      recorded = record_dead_letter(conn, message, policy, kQueryFailed);
-    } else {
-      called = true;
-      const absl::Status sent = send_with_retries(message);
-      // A refusal is an answer: the downstream is up, the message is wrong.
-      report_downstream(conn, probe, sent.ok() || !is_retryable(sent));
-      if (sent.ok()) {
-        recorded = record_delivered(conn, message);
-      } else if (is_retryable(sent)) {
-        recorded = record_dead_letter(conn, message, policy, internal::to_std(sent.ToString()));
-      } else {
-        recorded = record_dropped(conn, message,
-                                  fmt::format("rejected: {}", internal::to_std(sent.message())));
-      }
-    }
+    std::string reason = fmt::format("undecodable: {}", decoded.message());
+    return {.record = [this, message, reason = std::move(reason)](Connection& c) {
+      return message.from_dead_letters() ? record_dropped(c, message, reason)
+                                         : record_quarantined(c, message, reason);
+    }};
   }
-  if (!recorded.ok()) return recorded.status();
-  count(*recorded);
-  return Outcome{.disposition = *recorded, .called_downstream = called};
+  const RelayPolicy* policy = &options_.policies.find(message.topic)->second;
+  const Verdict verdict = message.from_dead_letters() ? judge(conn, message, *policy) : Verdict{};
+  if (verdict.drop_reason) {
+    return {.record = [this, message, reason = *verdict.drop_reason](Connection& c) {
+      return record_dropped(c, message, reason);
+    }};
+  }
+  if (verdict.requeue) {
+    return {.record = [this, message, policy](Connection& c) {
+      return record_dead_letter(c, message, *policy, kQueryFailed);
+    }};
+  }
+  const absl::Status sent = send_with_retries(message);
+  // A refusal is an answer: the downstream is up, the message is wrong.
+  report_downstream(conn, probe, sent.ok() || !is_retryable(sent));
+  Attempt sent_attempt{.called_downstream = true};
+  if (sent.ok()) {
+    sent_attempt.record = [this, message](Connection& c) { return record_delivered(c, message); };
+  } else if (is_retryable(sent)) {
+    sent_attempt.record = [this, message, policy,
+                           reason = std::string(sent.ToString())](Connection& c) {
+      return record_dead_letter(c, message, *policy, reason);
+    };
+  } else {
+    sent_attempt.record = [this, message,
+                           reason = fmt::format("rejected: {}", internal::to_std(sent.message()))](
+                              Connection& c) { return record_dropped(c, message, reason); };
+  }
+  return sent_attempt;
 }
 
 absl::StatusOr<RelayDisposition> Relay::record_delivered(Connection& conn,
@@ -597,16 +613,26 @@ absl::Status Relay::run(const SessionLender& sessions,
     if (in_flight_gauge_ != nullptr) in_flight_gauge_->set(in_flight);
   };
   const auto deliver_one = [&](const RelayMessage& message) {
+    std::optional<Attempt> tried;
+    absl::Status unrecorded;
     const absl::Status lent = sessions([&](Connection& conn) {
-      absl::StatusOr<Outcome> outcome = deliver(conn, message);
-      if (!outcome.ok()) {
-        log_message(LogLevel::kError, "outcome not recorded; the lease brings it back", message,
-                    internal::to_std(outcome.status().ToString()));
-      }
+      tried = attempt(conn, message, /*probe=*/false);
+      unrecorded = finish(conn, *tried).status();
     });
-    if (!lent.ok()) {
-      log_message(LogLevel::kError, "no database session; the lease brings it back", message,
-                  internal::to_std(lent.ToString()));
+    // The downstream answered, but the session died before the answer was
+    // written: write it on a fresh session, rather than leave the row to its
+    // lease and send it a second time.
+    for (int retry = 0; lent.ok() && tried && tried->called_downstream && !unrecorded.ok() &&
+                        is_retryable(unrecorded) && retry < options_.retry.max_attempts;
+         ++retry) {
+      absl::SleepFor(full_jitter_backoff(options_.retry, retry));
+      const absl::Status again =
+          sessions([&](Connection& conn) { unrecorded = finish(conn, *tried).status(); });
+      if (!again.ok()) unrecorded = again;
+    }
+    if (!lent.ok() || !unrecorded.ok()) {
+      log_message(LogLevel::kError, "outcome not recorded; the lease brings it back", message,
+                  internal::to_std((lent.ok() ? unrecorded : lent).ToString()));
     }
   };
 

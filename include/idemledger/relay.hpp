@@ -38,6 +38,8 @@
 // Dropped messages stay in relay_dead_letters with resolution 'dropped' and
 // their reason: nothing is silently deleted.
 //
+// An outcome that could not be written because the session died after the
+// downstream answered is written again on a fresh session, not sent again.
 // Exactly once toward the downstream holds while leases do not expire under
 // a live delivery (lease > retry.max_attempts × (transport timeout +
 // retry.max_delay)). A
@@ -199,8 +201,8 @@ class Relay {
   // Delivers until `stop_requested()` returns true, then stops claiming,
   // finishes every delivery in flight and returns. Uses max_in_flight + 1
   // sessions at most. Each cycle: decide(), then (unless paused) claim as many
-  // rows as delivery threads are free, from the DLQ while draining. Returns an error only for a configuration it cannot
-  // run (it rides out database and downstream outages).
+  // rows as delivery threads are free, from the DLQ while draining. Returns an error only for a
+  // configuration it cannot run (it rides out database and downstream outages).
   absl::Status run(const SessionLender& sessions, const std::function<bool()>& stop_requested);
 
   // The mode this process last decided on (NORMAL before run()).
@@ -256,6 +258,15 @@ class Relay {
   absl::Status validate_options() const;
   [[nodiscard]] absl::Status decode(const RelayMessage& message) const;
   [[nodiscard]] absl::Status send_with_retries(const RelayMessage& message) const;
+  // What deliver() decided and did, not yet written down: `record` writes it,
+  // and run() may write it again on a fresh session if the first one died
+  // after the downstream had answered (instead of sending it again).
+  struct Attempt {
+    std::function<absl::StatusOr<RelayDisposition>(Connection&)> record;
+    bool called_downstream = false;
+  };
+  [[nodiscard]] Attempt attempt(Connection& conn, const RelayMessage& message, bool probe);
+  [[nodiscard]] absl::StatusOr<Outcome> finish(Connection& conn, const Attempt& attempt);
   // The reason a dead letter must not be resent now (empty: send it), or
   // kQueryFailed's requeue.
   struct Verdict {

@@ -433,6 +433,50 @@ TEST_F(RelayRun, StopFinishesEveryDeliveryInFlightAndClaimsNothingNew) {
       << "nothing left claimed: another replica can take the rest at once";
 }
 
+// A session that dies on the statement marking a delivery published, once.
+class DiesOnTheMark : public ForwardingConnection {
+ public:
+  DiesOnTheMark(Connection& real, std::atomic<bool>& armed)
+      : ForwardingConnection(real), armed_(armed) {}
+  using Connection::execute;
+  absl::StatusOr<Result> execute(std::string_view sql, std::span<const Param> params) override {
+    if (sql.find("SET published_at = now()") != std::string_view::npos && armed_.exchange(false)) {
+      absl::Status died = absl::UnavailableError("server closed the connection unexpectedly");
+      mark_connection_broken(died);
+      return died;
+    }
+    return ForwardingConnection::execute(sql, params);
+  }
+
+ private:
+  std::atomic<bool>& armed_;
+};
+
+TEST_F(RelayRun, AMarkLostWithItsSessionIsWrittenAgainNotSentAgain) {
+  const std::int64_t id = add_credit(1);
+  std::atomic<bool> armed{true};
+  const SessionLender dying_once = [&](const std::function<void(Connection&)>& work) {
+    return sessions()([&](Connection& conn) {
+      DiesOnTheMark flaky(conn, armed);
+      work(flaky);
+    });
+  };
+  Relay relay(relay_options());
+  std::atomic<bool> stop{false};
+  std::thread runner([&] { ASSERT_TRUE(relay.run(dying_once, [&] { return stop.load(); }).ok()); });
+  for (int i = 0; i < 250 && count("SELECT count(*) FROM {schema}.outbox WHERE published_at "
+                                   "IS NOT NULL") == 0;
+       ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  stop = true;
+  runner.join();
+  EXPECT_FALSE(armed.load()) << "the mark's session did die";
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.outbox WHERE published_at IS NOT NULL"), 1)
+      << "written on a fresh session, not left to the 60 s lease";
+  EXPECT_EQ(downstream_.calls(id), 1) << "and not sent again";
+}
+
 TEST_F(RelayRun, AnOutageDeadLettersPausesThenDrainsTheDlqBeforeNewWork) {
   for (int i = 0; i < 10; ++i) add_credit(i);
   downstream_.answer(absl::UnavailableError("503"));
