@@ -2,14 +2,17 @@
 #ifndef IDEMLEDGER_TESTS_INTEGRATION_SERVICE_PROCESS_HPP
 #define IDEMLEDGER_TESTS_INTEGRATION_SERVICE_PROCESS_HPP
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -26,17 +29,36 @@ class ServiceProcess {
   ServiceProcess(const char* binary, const std::string& schema,
                  const std::vector<std::pair<std::string, std::string>>& env,
                  const std::string& listening_msg) {
+    // Everything the child needs is built before fork(): other threads run
+    // here (earlier services' log drains), and a lock one of them held at
+    // fork time stays held in the child, so until exec it may only make
+    // async-signal-safe calls — no setenv, no malloc.
+    std::vector<std::pair<std::string, std::string>> overrides = {{"IDEMLEDGER_DSN", test_dsn()},
+                                                                  {"IDEMLEDGER_SCHEMA", schema}};
+    if (via_pgbouncer()) overrides.emplace_back("IDEMLEDGER_PREPARED_STATEMENTS", "0");
+    overrides.insert(overrides.end(), env.begin(), env.end());
+    std::vector<std::string> variables;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string_view variable(*e);
+      const std::string_view name = variable.substr(0, variable.find('='));
+      if (std::none_of(overrides.begin(), overrides.end(),
+                       [&](const auto& o) { return o.first == name; })) {
+        variables.emplace_back(variable);
+      }
+    }
+    for (const auto& [name, value] : overrides) variables.push_back(name + "=" + value);
+    std::vector<char*> envp;
+    envp.reserve(variables.size() + 1);
+    for (std::string& v : variables) envp.push_back(v.data());
+    envp.push_back(nullptr);
+    char* const argv[] = {const_cast<char*>(binary), nullptr};
+
     int out[2];
-    if (pipe(out) != 0) std::abort();
+    if (pipe2(out, O_CLOEXEC) != 0) std::abort();  // later children must not hold it open
     pid_ = fork();
     if (pid_ == 0) {
-      dup2(out[1], STDOUT_FILENO);
-      close(out[0]);
-      setenv("IDEMLEDGER_DSN", test_dsn().c_str(), 1);
-      setenv("IDEMLEDGER_SCHEMA", schema.c_str(), 1);
-      if (via_pgbouncer()) setenv("IDEMLEDGER_PREPARED_STATEMENTS", "0", 1);
-      for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
-      execl(binary, binary, nullptr);
+      dup2(out[1], STDOUT_FILENO);  // the duplicate survives exec
+      execve(binary, argv, envp.data());
       _exit(127);
     }
     close(out[1]);
