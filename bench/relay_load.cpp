@@ -97,16 +97,7 @@ RelayRun relay_until_settled(idemledger::pg::Pool& pool, idemledger::Connection&
                            .poll_interval = absl::Milliseconds(5)});
   std::atomic<bool> stop{false};
   const absl::Time start = absl::Now();
-  std::thread runner([&] {
-    (void)relay.run(
-        [&](const std::function<void(idemledger::Connection&)>& work) -> absl::Status {
-          absl::StatusOr<idemledger::pg::PooledConnection> conn = pool.acquire();
-          if (!conn.ok()) return conn.status();
-          work(**conn);
-          return absl::OkStatus();
-        },
-        [&] { return stop.load(); });
-  });
+  std::thread runner([&] { (void)relay.run(pool.lender(), [&] { return stop.load(); }); });
   while (number(c,
                 "SELECT (SELECT count(*) FROM relay_bench.outbox WHERE published_at IS NULL "
                 "AND diverted_at IS NULL) + (SELECT count(*) FROM "

@@ -9,7 +9,7 @@ bash scripts/build.sh build
 messages=${1:-20000} in_flight=${2:-16} dlq=${3:-10000} delay=${4:-0}
 exec bash scripts/with-postgres.sh build/relay-pg bash -c '
   set -euo pipefail
-  source scripts/logged-port.sh
+  source scripts/loopback.sh
   log=build/relay-pg/mock.log
   MOCK_DELAY_MS='"$delay"' build/examples/mock_downstream/mock_downstream >"$log" 2>&1 &
   mock=$!

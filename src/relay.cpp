@@ -238,7 +238,8 @@ Relay::Relay(RelayOptions options)
     : options_(std::move(options)),
       options_status_(validate_options()),
       sql_(options_status_.ok() ? std::make_unique<const Sql>(options_.schema) : nullptr),
-      breaker_({.name = "relay:" + options_.name,
+      marker_name_("relay:" + options_.name),
+      breaker_({.name = marker_name_,
                 .schema = options_.schema,
                 .owner = options_.owner,
                 .failure_threshold = options_.failure_threshold,
@@ -294,8 +295,7 @@ absl::Status Relay::validate_options() const {
 
 absl::StatusOr<Relay::Decision> Relay::decide(Connection& conn) {
   if (!options_status_.ok()) return options_status_;
-  const std::string breaker_name = "relay:" + options_.name;
-  absl::StatusOr<Result> r = conn.execute(sql_->decide, {Param(breaker_name)});
+  absl::StatusOr<Result> r = conn.execute(sql_->decide, {Param(marker_name_)});
   if (!r.ok()) return r.status();
   const bool due_dead_letters = r->at(0, 0) == "t";
   const bool outbox_waiting = r->at(0, 1) == "t";
@@ -477,23 +477,22 @@ absl::StatusOr<RelayDisposition> Relay::record_dead_letter(Connection& conn,
   const Param budget = policy.max_retries ? Param(budget_text) : Param(std::nullopt);
   const std::string backoff = millis(options_.dlq_backoff);
   const std::string who = owner();
+  // The first letter has dlq_retries 1: over a budget of 0 it is born dropped.
+  const bool first_over_budget = policy.max_retries && *policy.max_retries < 1;
   absl::StatusOr<Result> r;
   if (message.from_dead_letters()) {
     const std::string id = std::to_string(message.dead_letter_id);
     r = conn.execute(sql_->dead_letter_again,
                      {Param(id), Param(who), Param(reason), Param(backoff), budget});
   } else {
-    // The first letter has dlq_retries 1: over a budget of 0 it is born dropped.
-    const bool over_budget = policy.max_retries && *policy.max_retries < 1;
     const std::string id = std::to_string(message.outbox_id);
     r = conn.execute(sql_->dead_letter_from_outbox,
                      {Param(id), Param(who), Param(reason), Param(backoff),
-                      over_budget ? Param(kMaxRetries) : Param(std::nullopt)});
+                      first_over_budget ? Param(kMaxRetries) : Param(std::nullopt)});
   }
   if (!r.ok()) return r.status();
   if (r->affected_rows == 0) return RelayDisposition::kNotClaimed;
-  const bool dropped = message.from_dead_letters() ? r->at(0, 0) == "dropped"
-                                                   : policy.max_retries && *policy.max_retries < 1;
+  const bool dropped = message.from_dead_letters() ? r->at(0, 0) == "dropped" : first_over_budget;
   log_message(LogLevel::kWarning, dropped ? "dropped: retry budget spent" : "dead-lettered",
               message, reason);
   return dropped ? RelayDisposition::kDropped : RelayDisposition::kDeadLettered;
@@ -598,13 +597,10 @@ void Relay::log_message(LogLevel level, std::string_view what, const RelayMessag
 absl::Status Relay::run(const SessionLender& sessions,
                         const std::function<bool()>& stop_requested) {
   if (!options_status_.ok()) return options_status_;
-  struct Task {
-    RelayMessage message;
-  };
   std::mutex mu;
   std::condition_variable work_ready;  // a task was queued, or stopping
   std::condition_variable slot_free;   // a delivery finished
-  std::deque<Task> queue;
+  std::deque<RelayMessage> queue;
   int in_flight = 0;  // queued + being delivered
   int drains_in_flight = 0;
   bool stopping = false;
@@ -641,19 +637,19 @@ absl::Status Relay::run(const SessionLender& sessions,
   for (int i = 0; i < options_.max_in_flight; ++i) {
     workers.emplace_back([&] {
       for (;;) {
-        Task task;
+        RelayMessage message;
         {
           std::unique_lock lock(mu);
           work_ready.wait(lock, [&] { return stopping || !queue.empty(); });
           if (queue.empty()) return;  // stopping, and everything claimed is delivered
-          task = std::move(queue.front());
+          message = std::move(queue.front());
           queue.pop_front();
         }
-        deliver_one(task.message);
+        deliver_one(message);
         {
           std::lock_guard lock(mu);
           --in_flight;
-          if (task.message.from_dead_letters()) --drains_in_flight;
+          if (message.from_dead_letters()) --drains_in_flight;
           publish_in_flight();
         }
         slot_free.notify_all();
@@ -702,7 +698,7 @@ absl::Status Relay::run(const SessionLender& sessions,
         for (RelayMessage& m : *claimed) {
           ++in_flight;
           if (m.from_dead_letters()) ++drains_in_flight;
-          queue.push_back({std::move(m)});
+          queue.push_back(std::move(m));
         }
         publish_in_flight();
       }

@@ -97,14 +97,7 @@ int main() {
                         {"owner", relay.owner()},
                         {"url", post.endpoint().base + post.endpoint().path},
                         {"max_in_flight", max_in_flight}});
-  const absl::Status ran = relay.run(
-      [&pool](const std::function<void(idemledger::Connection&)>& work) -> absl::Status {
-        absl::StatusOr<idemledger::pg::PooledConnection> conn = pool.acquire();
-        if (!conn.ok()) return conn.status();
-        work(**conn);
-        return absl::OkStatus();
-      },
-      [] { return example::stop_requested != 0; });
+  const absl::Status ran = relay.run(pool.lender(), [] { return example::stop_requested != 0; });
   if (!ran.ok()) example::config_error(std::string(ran.message()));
   example::log("info", {{"msg", "relay stopped"}, {"in_flight", 0}});
   return 0;

@@ -17,6 +17,7 @@
 #define IDEMLEDGER_CONNECTION_HPP
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <optional>
 #include <span>
@@ -87,6 +88,11 @@ class Connection {
   // callers then fall back to polling, which is always correct, only slower.
   [[nodiscard]] virtual absl::StatusOr<bool> wait_for_notification(absl::Duration timeout);
 };
+
+// Lends a database session: calls `work` with a Connection nobody else uses
+// meanwhile, or returns why it cannot. For components that run their own
+// threads (Relay::run); pg::Pool::lender() is one.
+using SessionLender = std::function<absl::Status(const std::function<void(Connection&)>& work)>;
 
 enum class IsolationLevel { kReadCommitted, kRepeatableRead, kSerializable };
 

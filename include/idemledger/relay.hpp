@@ -65,6 +65,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "idemledger/circuit_breaker.hpp"
+#include "idemledger/connection.hpp"
 #include "idemledger/log.hpp"
 #include "idemledger/metrics.hpp"
 #include "idemledger/migrate.hpp"
@@ -185,10 +186,6 @@ struct RelayOptions {
   LogSink* log = nullptr;
 };
 
-// Lends run() a database session: calls `work` with a Connection nobody
-// else uses meanwhile (typically a pooled one), or returns why it cannot.
-using SessionLender = std::function<absl::Status(const std::function<void(Connection&)>& work)>;
-
 class Relay {
  public:
   explicit Relay(RelayOptions options);
@@ -293,6 +290,7 @@ class Relay {
   RelayOptions options_;
   absl::Status options_status_;
   std::unique_ptr<const Sql> sql_;  // null when options_status_ is not OK
+  std::string marker_name_;         // the breaker's name: "relay:<name>"
   CircuitBreaker breaker_;
   std::atomic<RelayMode> mode_{RelayMode::kNormal};
   // Set after this process recorded a failure: its next success resets the

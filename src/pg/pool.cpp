@@ -141,4 +141,13 @@ Pool::Stats Pool::stats() const {
   return {.open = open_, .idle = idle_.size(), .created = created_, .dropped = dropped_};
 }
 
+SessionLender Pool::lender() {
+  return [this](const std::function<void(Connection&)>& work) -> absl::Status {
+    absl::StatusOr<PooledConnection> conn = acquire();
+    if (!conn.ok()) return conn.status();
+    work(**conn);
+    return absl::OkStatus();
+  };
+}
+
 }  // namespace idemledger::pg

@@ -373,14 +373,7 @@ TEST_F(RelayTest, RefusesAConfigurationItCannotRun) {
 class RelayRun : public RelayTest {
  protected:
   pg::Pool pool_{{.dsn = test_dsn(), .max_size = 8, .connection = test_connection_options()}};
-  SessionLender sessions() {
-    return [this](const std::function<void(Connection&)>& work) -> absl::Status {
-      absl::StatusOr<pg::PooledConnection> c = pool_.acquire();
-      if (!c.ok()) return c.status();
-      work(**c);
-      return absl::OkStatus();
-    };
-  }
+  SessionLender sessions() { return pool_.lender(); }
 };
 
 TEST_F(RelayRun, DeliversEverythingWithinTheConcurrencyBound) {

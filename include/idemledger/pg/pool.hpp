@@ -32,8 +32,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "idemledger/internal/mutex.hpp"
 #include "absl/time/time.h"
+#include "idemledger/internal/mutex.hpp"
 #include "idemledger/pg/connection.hpp"
 
 namespace idemledger::pg {
@@ -88,6 +88,12 @@ class Pool {
   // A validated connection, or kUnavailable after acquire_timeout (pool
   // exhausted, or the server unreachable).
   [[nodiscard]] absl::StatusOr<PooledConnection> acquire();
+
+  // lender()
+  //
+  // acquire() as a SessionLender: each call borrows a connection for the
+  // duration of `work`. REQUIRES: the Pool outlives it.
+  [[nodiscard]] SessionLender lender();
 
   struct Stats {
     std::size_t open;     // connections that exist (idle + lent out)
