@@ -31,15 +31,8 @@ done
 MOCK_DELAY_MS=2 "$bin/mock_downstream/mock_downstream" >"$logs/mock.log" 2>&1 &
 pids+=($!)
 
-# shellcheck source=scripts/logged-port.sh
-source scripts/logged-port.sh
-# GET /metrics with bash alone (no curl on a fresh machine); the body only.
-scrape() {
-  exec 3<>"/dev/tcp/127.0.0.1/$1"
-  printf 'GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
-  sed '1,/^\r$/d' <&3
-  exec 3<&-
-}
+# shellcheck source=scripts/loopback.sh
+source scripts/loopback.sh
 port=$(logged_port "$logs/intake.log" listening)
 mock_port=$(logged_port "$logs/mock.log" listening)
 relays=2 relay_in_flight=8
@@ -49,13 +42,7 @@ for r in $(seq "$relays"); do
     "$bin/notification_relay/notification_relay" >"$logs/relay$r.log" 2>&1 &
   pids+=($!)
 done
-# POST /control to the mock with bash alone.
-mock_control() {
-  exec 4<>"/dev/tcp/127.0.0.1/$mock_port"
-  printf 'POST /control?mode=%s HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n' "$1" >&4
-  cat <&4 >/dev/null
-  exec 4<&-
-}
+mock_control() { loopback_http POST "$mock_port" "/control?mode=$1" >/dev/null; }
 # The outage in the middle of the run: the API hangs for 3 s, then fails for 3 s.
 (sleep 3 && mock_control timeout && sleep 3 && mock_control fail && sleep 3 && mock_control ok) &
 outage=$!
@@ -78,8 +65,8 @@ echo
 build/tools/idemledger-admin/idemledger-admin relay status
 
 # And what a Prometheus server scrapes (full text in $logs/*.prom).
-scrape "$port" >"$logs/intake.prom"
-for i in 0 1; do scrape "${metrics_ports[$i]}" >"$logs/worker$((i + 1)).prom"; done
+loopback_http GET "$port" /metrics >"$logs/intake.prom"
+for i in 0 1; do loopback_http GET "${metrics_ports[$i]}" /metrics >"$logs/worker$((i + 1)).prom"; done
 echo
 echo "metrics excerpt (webhook_intake, then worker 1 of 2):"
 grep -E '^idemledger_webhook_requests_total' "$logs/intake.prom"

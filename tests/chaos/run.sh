@@ -72,8 +72,8 @@ start_worker() {
 }
 for w in 1 2 3 4; do start_worker "$w"; done
 
-# shellcheck source=scripts/logged-port.sh
-source scripts/logged-port.sh
+# shellcheck source=scripts/loopback.sh
+source scripts/loopback.sh
 port=$(logged_port "$logs/intake.log" listening)
 
 MOCK_DELAY_MS=1 "$bin/mock_downstream/mock_downstream" >"$logs/mock.log" 2>&1 &
@@ -89,13 +89,7 @@ start_relay() {
   relay_pid[$1]=$!
 }
 for r in 1 2; do start_relay "$r"; done
-# The mock over bash's /dev/tcp (no curl on a fresh machine): METHOD PATH, body out.
-mock_http() {
-  exec 5<>"/dev/tcp/127.0.0.1/$mock_port"
-  printf '%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n' "$1" "$2" >&5
-  sed '1,/^\r$/d' <&5
-  exec 5<&-
-}
+mock_http() { loopback_http "$1" "$mock_port" "$2"; }
 
 echo "chaos: $events events against webhook_intake :$port, 4 workers, 2 relays -> mock :$mock_port; chaos for ${chaos_s}s (logs: $logs/)"
 # Deliveries paced to span the chaos window (~2.1 per event incl. bad ones).
