@@ -5,10 +5,11 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "idemledger/amount.hpp"
-#include "idemledger/idempotency_key.hpp"
-#include "idemledger/log.hpp"
-#include "idemledger/metrics.hpp"
+#include "idemledger/core/amount.hpp"
+#include "idemledger/core/log.hpp"
+#include "idemledger/core/metrics.hpp"
+#include "idemledger/ledger/idempotency_key.hpp"
+#include "idemledger/ledger/metrics.hpp"
 
 namespace {
 

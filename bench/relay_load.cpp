@@ -17,9 +17,9 @@
 
 #include "absl/strings/numbers.h"
 #include "examples/common/http_client.hpp"
-#include "idemledger/migrate.hpp"
+#include "idemledger/ledger/migrate.hpp"
 #include "idemledger/pg/pool.hpp"
-#include "idemledger/relay.hpp"
+#include "idemledger/relay/relay.hpp"
 
 namespace {
 
@@ -87,17 +87,19 @@ RelayRun relay_until_settled(idemledger::pg::Pool& pool, idemledger::Connection&
                              const example::HttpRelayTransport& post, int in_flight, int drain,
                              httplib::Client& mock) {
   const long calls_before = mock_stat(mock, "requests");
-  idemledger::Relay relay({.schema = kSchema,
-                           .transport = post,
-                           .policies = {{"credited", idemledger::RelayPolicy::retries(5)}},
-                           .max_in_flight = in_flight,
-                           .drain_concurrency = drain,
-                           .dlq_backoff = absl::Milliseconds(100),
-                           .marker_ttl = absl::Seconds(1),
-                           .poll_interval = absl::Milliseconds(5)});
+  const std::unique_ptr<idemledger::Relay> created =
+      *idemledger::Relay::create({.schema = kSchema,
+                                  .transport = post,
+                                  .policies = {{"credited", idemledger::RelayPolicy::retries(5)}},
+                                  .max_in_flight = in_flight,
+                                  .drain_concurrency = drain,
+                                  .dlq_backoff = absl::Milliseconds(100),
+                                  .marker_ttl = absl::Seconds(1),
+                                  .poll_interval = absl::Milliseconds(5)});
+  idemledger::Relay& relay = *created;
   std::atomic<bool> stop{false};
   const absl::Time start = absl::Now();
-  std::thread runner([&] { (void)relay.run(pool.lender(), [&] { return stop.load(); }); });
+  std::thread runner([&] { relay.run(pool.lender(), [&] { return stop.load(); }); });
   while (number(c,
                 "SELECT (SELECT count(*) FROM relay_bench.outbox WHERE published_at IS NULL "
                 "AND diverted_at IS NULL) + (SELECT count(*) FROM "

@@ -12,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-#include "idemledger/amount.hpp"
+#include "idemledger/core/amount.hpp"
 
 namespace {
 

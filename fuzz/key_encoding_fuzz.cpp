@@ -15,8 +15,8 @@
 #include <string_view>
 #include <vector>
 
-#include "idemledger/idempotency_key.hpp"
-#include "src/internal/key_encoding.hpp"
+#include "idemledger/ledger/idempotency_key.hpp"
+#include "src/ledger/internal/key_encoding.hpp"
 
 namespace {
 

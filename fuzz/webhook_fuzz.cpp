@@ -15,7 +15,7 @@
 #include <string_view>
 
 #include "absl/time/clock.h"
-#include "idemledger/intake.hpp"
+#include "idemledger/queue/intake.hpp"
 
 namespace {
 

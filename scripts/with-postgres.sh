@@ -38,11 +38,22 @@ fi
 [[ $(id -u) -eq 0 ]] && chown -R postgres: "$root_dir"
 chmod 755 "$root_dir"
 
-port=""
-for candidate in $(seq $((54320 + RANDOM % 500)) 55999); do
-  if ! (exec 3<>"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null; then port=$candidate; break; fi
-done
-[[ -n "$port" ]] || { echo "with-postgres: no free port" >&2; exit 1; }
+# Ports come from below the kernel's ephemeral range (ip_local_port_range):
+# a port inside it can be taken at any moment by some client's outgoing
+# connection, which is how "Address already in use" hit 2 starts in 10.
+# Below it only listeners compete, and a lost race is retried on a new port.
+read -r ephemeral_low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || ephemeral_low=32768
+port_floor=20000
+((ephemeral_low - port_floor > 2000)) || port_floor=$((ephemeral_low > 12000 ? ephemeral_low - 2000 : 10000))
+pick_port() {  # a port below the ephemeral range that nothing listens on
+  local candidate
+  for _ in $(seq 1 200); do
+    candidate=$((port_floor + RANDOM % (ephemeral_low - port_floor)))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null; then echo "$candidate"; return; fi
+  done
+  echo "with-postgres: no free port below $ephemeral_low" >&2
+  return 1
+}
 
 "${as_owner[@]}" "$pg_bin/initdb" -D "$root_dir/data" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >"$root_dir/initdb.log" 2>&1 \
   || { cat "$root_dir/initdb.log" >&2; exit 1; }
@@ -55,16 +66,21 @@ stop_server() {
 }
 trap stop_server EXIT INT TERM
 
-# shellcheck disable=SC2086  # IDEMLEDGER_PG_OPTS is a list of -c settings
-"${as_owner[@]}" "$pg_bin/pg_ctl" -D "$root_dir/data" -l "$root_dir/server.log" -w -t 60 \
-  -o "-p $port -k $root_dir/sock -c listen_addresses=127.0.0.1 -c max_connections=200 ${IDEMLEDGER_PG_OPTS:-}" start >/dev/null \
-  || { cat "$root_dir/server.log" >&2; exit 1; }
-
-bouncer_port=""
-for candidate in $(seq $((port + 1)) 56999); do
-  if ! (exec 3<>"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null; then bouncer_port=$candidate; break; fi
+started=""
+for attempt in 1 2 3 4 5; do
+  port=$(pick_port) || exit 1
+  # shellcheck disable=SC2086  # IDEMLEDGER_PG_OPTS is a list of -c settings
+  if "${as_owner[@]}" "$pg_bin/pg_ctl" -D "$root_dir/data" -l "$root_dir/server.log" -w -t 60 \
+    -o "-p $port -k $root_dir/sock -c listen_addresses=127.0.0.1 -c max_connections=200 ${IDEMLEDGER_PG_OPTS:-}" start >/dev/null; then
+    started=1
+    break
+  fi
+  grep -q "could not bind\|Address already in use" "$root_dir/server.log" || break
+  echo "with-postgres: port $port was taken meanwhile (attempt $attempt); trying another" >&2
 done
-cat >"$root_dir/pgbouncer.ini" <<INI
+[[ -n "$started" ]] || { cat "$root_dir/server.log" >&2; exit 1; }
+start_bouncer() {
+  cat >"$root_dir/pgbouncer.ini" <<INI
 [databases]
 suite = host=$root_dir/sock port=$port dbname=postgres pool_size=40
 * = host=$root_dir/sock port=$port
@@ -80,10 +96,17 @@ max_client_conn = 200
 logfile = $root_dir/pgbouncer.log
 pidfile = $root_dir/pgbouncer.pid
 INI
+  [[ $(id -u) -eq 0 ]] && chown postgres: "$root_dir/pgbouncer.ini"
+  "${as_owner[@]}" /usr/sbin/pgbouncer -q -d "$root_dir/pgbouncer.ini"
+}
 echo '"postgres" ""' >"$root_dir/userlist.txt"
-[[ $(id -u) -eq 0 ]] && chown postgres: "$root_dir/pgbouncer.ini" "$root_dir/userlist.txt"
-"${as_owner[@]}" /usr/sbin/pgbouncer -q -d "$root_dir/pgbouncer.ini" \
-  || { cat "$root_dir/pgbouncer.log" >&2; exit 1; }
+[[ $(id -u) -eq 0 ]] && chown postgres: "$root_dir/userlist.txt"
+bouncer_started=""
+for attempt in 1 2 3 4 5; do
+  bouncer_port=$(pick_port) || exit 1
+  if start_bouncer; then bouncer_started=1; break; fi
+done
+[[ -n "$bouncer_started" ]] || { cat "$root_dir/pgbouncer.log" >&2; exit 1; }
 export IDEMLEDGER_PGBOUNCER_DSN="host=$root_dir/sock port=$bouncer_port dbname=postgres user=postgres"
 export IDEMLEDGER_PGBOUNCER_SUITE_DSN="host=$root_dir/sock port=$bouncer_port dbname=suite user=postgres"
 

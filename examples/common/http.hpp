@@ -11,7 +11,7 @@
 #include <string>
 #include <thread>
 
-#include "idemledger/metrics.hpp"
+#include "idemledger/ledger/metrics.hpp"
 #include "idemledger/pg/pool.hpp"
 #include "service.hpp"
 
@@ -33,7 +33,7 @@ inline int bind_loopback(httplib::Server& server, long port) {
 // idemledger_metrics_database_up says 0.
 inline void serve_metrics(httplib::Response& res, idemledger::MetricsRegistry& registry,
                           idemledger::LedgerMetrics& metrics, idemledger::pg::Pool& pool,
-                          const std::string& schema) {
+                          const idemledger::Schema& schema) {
   absl::StatusOr<idemledger::pg::PooledConnection> conn = pool.acquire();
   const bool up = conn.ok() && idemledger::refresh_queue_gauges(**conn, schema, metrics).ok();
   registry

@@ -16,8 +16,8 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "idemledger/finality.hpp"
-#include "idemledger/relay.hpp"
+#include "idemledger/eth/finality.hpp"
+#include "idemledger/relay/relay.hpp"
 #include "service.hpp"
 
 namespace example {

@@ -14,6 +14,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "idemledger/core/schema.hpp"
 
 namespace example {
 
@@ -41,6 +42,15 @@ inline long env_long(const char* name, long fallback, long min, long max) {
                  std::to_string(max) + "], got \"" + v + "\"");
   }
   return n;
+}
+
+// IDEMLEDGER_SCHEMA (default "idemledger"), checked once at startup: a bad
+// name stops the service with the rule it broke, before it listens.
+inline idemledger::Schema env_schema() {
+  absl::StatusOr<idemledger::Schema> schema =
+      idemledger::Schema::create(env_string("IDEMLEDGER_SCHEMA", "idemledger"));
+  if (!schema.ok()) config_error("IDEMLEDGER_SCHEMA: " + std::string(schema.status().message()));
+  return *schema;
 }
 
 // IDEMLEDGER_PREPARED_STATEMENTS=0 sends every statement unnamed, which

@@ -31,7 +31,7 @@
 
 int main() {
   const std::string dsn = example::env_string("IDEMLEDGER_DSN");
-  const std::string schema = example::env_string("IDEMLEDGER_SCHEMA", "idemledger");
+  const idemledger::Schema schema = example::env_schema();
   const long max_in_flight = example::env_long("RELAY_MAX_IN_FLIGHT", 8, 1, 1024);
   const long drain = example::env_long("RELAY_DRAIN_CONCURRENCY", 2, 1, 1024);
   const long timeout_ms = example::env_long("RELAY_TIMEOUT_MS", 2'000, 10, 600'000);
@@ -57,13 +57,15 @@ int main() {
   idemledger::RelayOptions options{
       .schema = schema,
       .transport = post,
-      .policies = {{"credited", idemledger::RelayPolicy::deadline(
-                                    absl::Milliseconds(credit_deadline_ms),
-                                    idemledger::ledger_relevance(schema), needs_event_id)},
-                   {"debited", idemledger::RelayPolicy::retries(static_cast<int>(max_retries),
-                                                                needs_event_id)},
-                   {"insufficient_funds", idemledger::RelayPolicy::retries(
-                                              static_cast<int>(max_retries), needs_event_id)}},
+      .policies =
+          {{std::string(to_string(idemledger::OutboxTopic::kCredited)),
+            idemledger::RelayPolicy::deadline(absl::Milliseconds(credit_deadline_ms),
+                                              idemledger::ledger_relevance(schema),
+                                              needs_event_id)},
+           {std::string(to_string(idemledger::OutboxTopic::kDebited)),
+            idemledger::RelayPolicy::retries(static_cast<int>(max_retries), needs_event_id)},
+           {std::string(to_string(idemledger::OutboxTopic::kInsufficientFunds)),
+            idemledger::RelayPolicy::retries(static_cast<int>(max_retries), needs_event_id)}},
       .max_in_flight = static_cast<int>(max_in_flight),
       .drain_concurrency = static_cast<int>(drain),
       .retry = {.max_attempts = static_cast<int>(attempts),
@@ -80,7 +82,10 @@ int main() {
       .log = &logs};
   // A claim must outlast its whole delivery: every attempt timing out, plus backoff.
   options.lease = absl::Milliseconds(attempts * (timeout_ms + 1'000)) + absl::Seconds(10);
-  idemledger::Relay relay(std::move(options));
+  absl::StatusOr<std::unique_ptr<idemledger::Relay>> created =
+      idemledger::Relay::create(std::move(options));
+  if (!created.ok()) example::config_error(std::string(created.status().message()));
+  idemledger::Relay& relay = **created;
 
   // One session per delivery thread, one for the loop, one for scrapes.
   idemledger::pg::Pool pool(
@@ -97,8 +102,7 @@ int main() {
                         {"owner", relay.owner()},
                         {"url", post.endpoint().base + post.endpoint().path},
                         {"max_in_flight", max_in_flight}});
-  const absl::Status ran = relay.run(pool.lender(), [] { return example::stop_requested != 0; });
-  if (!ran.ok()) example::config_error(std::string(ran.message()));
+  relay.run(pool.lender(), [] { return example::stop_requested != 0; });
   example::log("info", {{"msg", "relay stopped"}, {"in_flight", 0}});
   return 0;
 }

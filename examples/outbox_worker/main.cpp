@@ -30,7 +30,7 @@
 
 int main() {
   const std::string dsn = example::env_string("IDEMLEDGER_DSN");
-  const std::string schema = example::env_string("IDEMLEDGER_SCHEMA", "idemledger");
+  const idemledger::Schema schema = example::env_schema();
   const long threads = example::env_long("IDEMLEDGER_WORKER_THREADS", 2, 1, 64);
   const long batch = example::env_long("IDEMLEDGER_BATCH_SIZE", 32, 1, 10'000);
   const long lease_ms = example::env_long("IDEMLEDGER_LEASE_MS", 30'000, 10, 3'600'000);
@@ -50,15 +50,14 @@ int main() {
        .metrics = &metrics});
   const idemledger::DeadLetterQueue dead_letters(
       {.schema = schema, .spool_path = spool, .log = &logs});
-  // Finality before credit, when a node is configured. The oracle uses the
-  // breaker's in-process half: this process's threads stop calling a dead
-  // node together and one of them probes it.
+  // Finality before credit, when a node is configured. The oracle's breaker
+  // is this process's: its threads stop calling a dead node together and one
+  // of them probes it.
   const std::string rpc_url = example::env_string("IDEMLEDGER_ETH_RPC_URL", "");
-  std::optional<idemledger::CircuitBreaker> rpc_breaker;
+  std::optional<idemledger::LocalBreaker> rpc_breaker;
   std::optional<idemledger::EthFinalityOracle> finality;
   if (!rpc_url.empty()) {
-    rpc_breaker.emplace(idemledger::CircuitBreakerOptions{
-        .name = "eth_rpc", .schema = schema, .metrics = &registry});
+    rpc_breaker.emplace(idemledger::BreakerOptions{.name = "eth_rpc", .metrics = &registry});
     finality.emplace(idemledger::EthFinalityOracleOptions{
         .transport = example::json_rpc_over_http(
             rpc_url, example::env_long("IDEMLEDGER_RPC_TIMEOUT_MS", 2'000, 10, 600'000)),
@@ -117,7 +116,7 @@ int main() {
   };
   example::log("info", {{"msg", "worker started"},
                         {"threads", threads},
-                        {"schema", schema},
+                        {"schema", schema.name()},
                         {"finality", rpc_url.empty() ? "off" : rpc_url}});
   std::vector<std::thread> pool_threads;
   pool_threads.reserve(static_cast<std::size_t>(threads));

@@ -116,7 +116,8 @@ std::unique_ptr<idemledger::pg::Connection> connect(const std::string& dsn) {
   return std::move(*c);
 }
 
-int setup(const std::string& dsn, const std::string& schema, long users) {
+int setup(const std::string& dsn, const idemledger::Schema& schema, long users) {
+  const std::string schema_text(schema.name());
   std::unique_ptr<idemledger::pg::Connection> c = connect(dsn);
   if (absl::Status s = idemledger::migrate(*c, schema); !s.ok())
     example::config_error(s.ToString());
@@ -126,7 +127,7 @@ int setup(const std::string& dsn, const std::string& schema, long users) {
       example::config_error(s.ToString());
     }
     const std::string address = "addr_" + std::to_string(u), user = std::to_string(u);
-    if (!c->execute("INSERT INTO " + schema +
+    if (!c->execute("INSERT INTO " + schema_text +
                         ".deposit_addresses (address, user_id) VALUES ($1, $2::bigint)",
                     {idemledger::Param(address), idemledger::Param(user)})
              .ok()) {
@@ -134,13 +135,14 @@ int setup(const std::string& dsn, const std::string& schema, long users) {
     }
   }
   std::printf("setup: schema %s, %ld users with 100 each, addresses addr_1..addr_%ld\n",
-              schema.c_str(), users, users);
+              schema_text.c_str(), users, users);
   return 0;
 }
 
 // Every notification ends delivered exactly once, or dropped or quarantined
 // with its reason; the downstream's own counts must say the same.
-int relay_check(const std::string& dsn, const std::string& schema) {
+int relay_check(const std::string& dsn, const idemledger::Schema& schema) {
+  const std::string schema_text(schema.name());
   const long port = example::env_long("MOCK_PORT", 0, 1, 65535);
   const long bound = example::env_long("RELAY_BOUND", 16, 1, 1'000'000);
   const long wait_s = example::env_long("SIM_WAIT_S", 90, 1, 3600);
@@ -150,7 +152,7 @@ int relay_check(const std::string& dsn, const std::string& schema) {
     if (!r.ok()) example::config_error(r.status().ToString());
     return std::stol(r->at(0, 0).value_or("-1"));
   };
-  const std::string outbox = schema + ".outbox", letters = schema + ".relay_dead_letters";
+  const std::string outbox = schema_text + ".outbox", letters = schema_text + ".relay_dead_letters";
   const std::string unsettled =
       "SELECT (SELECT count(*) FROM " + outbox +
       " WHERE published_at IS NULL AND diverted_at IS NULL) + (SELECT count(*) FROM " + letters +
@@ -170,9 +172,9 @@ int relay_check(const std::string& dsn, const std::string& schema) {
   const long via_dlq =
       number("SELECT count(*) FROM " + letters + " WHERE resolution = 'delivered'");
   const long dropped = number("SELECT count(*) FROM " + letters + " WHERE resolution = 'dropped'");
-  const long quarantined = number("SELECT count(*) FROM " + schema + ".relay_quarantine");
+  const long quarantined = number("SELECT count(*) FROM " + schema_text + ".relay_quarantine");
   const long outcomes =
-      number("SELECT count(*) FROM " + schema +
+      number("SELECT count(*) FROM " + schema_text +
              ".processed_events WHERE outcome IN ('success', 'insufficient_funds')");
   std::printf("\nnotification relay (outbox -> mock_downstream, outage in the middle)\n");
   std::printf("  notifications written         %6ld   (one per applied or refused event)\n", total);
@@ -215,7 +217,8 @@ int relay_check(const std::string& dsn, const std::string& schema) {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   const std::string dsn = example::env_string("IDEMLEDGER_DSN");
-  const std::string schema = example::env_string("IDEMLEDGER_SCHEMA", "idemledger");
+  const idemledger::Schema schema = example::env_schema();
+  const std::string schema_text(schema.name());
   const long users = example::env_long("SIM_USERS", 200, 1, 1'000'000);
   if (mode == "setup") return setup(dsn, schema, users);
   if (mode == "relay-check") return relay_check(dsn, schema);
@@ -347,7 +350,7 @@ int main(int argc, char** argv) {
     }
     return std::string("ERROR");
   };
-  const std::string pe = schema + ".payment_events";
+  const std::string pe = schema_text + ".payment_events";
   const absl::Time deadline = absl::Now() + absl::Seconds(wait_s);
   while (scalar("SELECT count(*) FROM " + pe + " WHERE status NOT IN ('confirmed','failed')") !=
              "0" &&
@@ -365,9 +368,9 @@ int main(int argc, char** argv) {
   const std::string confirmed =
       scalar("SELECT count(*) FROM " + pe + " WHERE status = 'confirmed'");
   const std::string failed = scalar("SELECT count(*) FROM " + pe + " WHERE status = 'failed'");
-  const std::string insufficient = scalar("SELECT count(*) FROM " + schema +
+  const std::string insufficient = scalar("SELECT count(*) FROM " + schema_text +
                                           ".processed_events WHERE outcome = 'insufficient_funds'");
-  const std::string dlq = scalar("SELECT count(*) FROM " + schema + ".dead_letter_queue");
+  const std::string dlq = scalar("SELECT count(*) FROM " + schema_text + ".dead_letter_queue");
   std::printf("\nprovider sent %ld good deliveries in %s; all events terminal after %s\n",
               good_deliveries, absl::FormatDuration(sent_in).c_str(),
               absl::FormatDuration(all_terminal_in).c_str());
@@ -417,25 +420,25 @@ int main(int argc, char** argv) {
   ok &= check(
       scalar("SELECT count(*) FROM " + pe + " WHERE status NOT IN ('confirmed','failed')") == "0",
       "every event terminal (confirmed or failed)");
-  ok &= check(scalar("SELECT count(*) FROM " + schema + ".balance_events") == confirmed,
+  ok &= check(scalar("SELECT count(*) FROM " + schema_text + ".balance_events") == confirmed,
               "one balance_events row per confirmed event");
   ok &= check(
       scalar(
           "SELECT count(*) FROM " + pe +
-          " e WHERE e.status = 'failed' AND NOT EXISTS (SELECT 1 FROM " + schema +
+          " e WHERE e.status = 'failed' AND NOT EXISTS (SELECT 1 FROM " + schema_text +
           ".dead_letter_queue d WHERE d.event_id = e.event_id) AND NOT EXISTS (SELECT 1 FROM " +
-          schema +
+          schema_text +
           ".processed_events p WHERE p.outcome = 'insufficient_funds' AND p.idempotency_key = "
           "encode(sha256(int4send(octet_length(e.event_id)) || convert_to(e.event_id, 'UTF8') || "
           "int4send(octet_length(e.event_type)) || convert_to(e.event_type, 'UTF8')), 'hex'))") ==
           "0",
       "every failed event is insufficient funds or has a dead letter");
-  ok &= check(
-      scalar("SELECT count(*) FROM " + schema + ".unmatched_deposits") == std::to_string(bad_each),
-      "unknown addresses recorded for review, credited to nobody");
+  ok &= check(scalar("SELECT count(*) FROM " + schema_text + ".unmatched_deposits") ==
+                  std::to_string(bad_each),
+              "unknown addresses recorded for review, credited to nobody");
   ok &= check(mismatches.ok() && mismatches->empty(),
               "balance = initial_balance + SUM(balance_events) for every user");
-  ok &= check(scalar("SELECT count(*) FROM " + schema + ".users WHERE balance < 0") == "0",
+  ok &= check(scalar("SELECT count(*) FROM " + schema_text + ".users WHERE balance < 0") == "0",
               "no negative balance");
   std::printf("\n%s\n", ok ? "all invariants hold" : "INVARIANT VIOLATED");
   return ok ? 0 : 1;

@@ -80,7 +80,7 @@ void reply(httplib::Response& res, int status, const nlohmann::json& body) {
 
 int main() {
   const std::string dsn = example::env_string("IDEMLEDGER_DSN");
-  const std::string schema = example::env_string("IDEMLEDGER_SCHEMA", "idemledger");
+  const idemledger::Schema schema = example::env_schema();
   const long port = example::env_long("IDEMLEDGER_LISTEN_PORT", 8080, 0, 65535);
   const long tolerance_s = example::env_long("IDEMLEDGER_TIMESTAMP_TOLERANCE_S", 0, 0, 86400);
   const long rate = example::env_long("IDEMLEDGER_RATE_LIMIT_RPS", 200, 1, 1'000'000);
@@ -174,7 +174,7 @@ int main() {
     while (!example::stop_requested) absl::SleepFor(absl::Milliseconds(100));
     server.stop();  // stops accepting; in-flight requests finish
   });
-  example::log("info", {{"msg", "listening"}, {"port", bound}, {"schema", schema}});
+  example::log("info", {{"msg", "listening"}, {"port", bound}, {"schema", schema.name()}});
   server.listen_after_bind();
   stopper.join();
   example::log("info", {{"msg", "stopped"}});

@@ -12,9 +12,10 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
-#include "idemledger/status.hpp"
-#include "src/internal/absl_compat.hpp"
+#include "idemledger/core/status.hpp"
+#include "src/core/internal/absl_compat.hpp"
 
 namespace idemledger::pg {
 namespace {
@@ -80,6 +81,7 @@ struct Connection::Impl {
   ConnectionOptions options;
   absl::flat_hash_map<std::string, std::string> prepared;  // SQL text -> statement name
   bool broken = false;
+  bool lost_without_answer = false;  // the last error was the session vanishing mid-call
 
   bool connection_bad() const { return broken || PQstatus(conn.get()) != CONNECTION_OK; }
 
@@ -92,7 +94,10 @@ struct Connection::Impl {
     std::string message =
         trimmed(result != nullptr ? PQresultErrorField(result, PG_DIAG_MESSAGE_PRIMARY) : nullptr);
     if (message.empty()) message = trimmed(PQerrorMessage(conn.get()));
-    if (state == nullptr && connection_bad()) state = kConnectionFailure;
+    if (state == nullptr && connection_bad()) {
+      state = kConnectionFailure;
+      lost_without_answer = true;  // the server said nothing: whatever ran may have committed
+    }
     absl::Status status =
         state != nullptr ? status_from_sqlstate(state, message) : absl::InternalError(message);
     if (connection_bad()) {
@@ -113,6 +118,8 @@ struct Connection::Impl {
     Result out;
     const int rows = PQntuples(r);
     const int columns = PQnfields(r);
+    out.columns.reserve(static_cast<std::size_t>(columns));
+    for (int j = 0; j < columns; ++j) out.columns.emplace_back(PQfname(r, j));
     out.rows.reserve(static_cast<std::size_t>(rows));
     for (int i = 0; i < rows; ++i) {
       auto& row = out.rows.emplace_back();
@@ -126,7 +133,11 @@ struct Connection::Impl {
         }
       }
     }
-    (void)absl::SimpleAtoi(PQcmdTuples(const_cast<PGresult*>(r)), &out.affected_rows);
+    // Empty for statements that touch no rows by definition (SELECT, DDL): 0.
+    const std::string_view touched = PQcmdTuples(const_cast<PGresult*>(r));
+    if (!touched.empty() && !absl::SimpleAtoi(internal::to_absl(touched), &out.affected_rows)) {
+      return absl::InternalError(fmt::format("libpq reported {} rows touched", touched));
+    }
     return out;
   }
 
@@ -174,6 +185,22 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::open(std::string_view ds
 absl::StatusOr<Result> Connection::execute(std::string_view sql, std::span<const Param> params) {
   if (impl_->connection_bad()) return impl_->error(nullptr);
   PGconn* c = impl_->conn.get();
+  // Outside a transaction block a statement commits by itself (BEGIN and
+  // ROLLBACK aside), and a COMMIT commits the block: if the session dies
+  // before the answer, the commit may or may not have landed.
+  const absl::string_view text = internal::to_absl(sql);
+  const bool commits = in_transaction() ? absl::EqualsIgnoreCase(text, "COMMIT")
+                                        : !absl::StartsWithIgnoreCase(text, "BEGIN") &&
+                                              !absl::EqualsIgnoreCase(text, "ROLLBACK");
+  impl_->lost_without_answer = false;
+  const auto answer = [&](absl::StatusOr<Result> r) {
+    if (!r.ok() && commits && impl_->lost_without_answer) {
+      absl::Status s = r.status();
+      mark_commit_in_doubt(s);
+      return absl::StatusOr<Result>(s);
+    }
+    return r;
+  };
   const BoundParams bound(params);
   ResultPtr result;
   if (!impl_->options.prepared_statements) {
@@ -185,13 +212,15 @@ absl::StatusOr<Result> Connection::execute(std::string_view sql, std::span<const
       std::string new_name = impl_->next_name();
       ResultPtr prepared(
           PQprepare(c, new_name.c_str(), std::string(sql).c_str(), bound.count(), nullptr));
-      if (PQresultStatus(prepared.get()) != PGRES_COMMAND_OK) return impl_->error(prepared.get());
+      if (PQresultStatus(prepared.get()) != PGRES_COMMAND_OK) {
+        return impl_->error(prepared.get());  // nothing ran yet: never in doubt
+      }
       name = &impl_->prepared.emplace(std::string(sql), std::move(new_name)).first->second;
     }
     result.reset(
         PQexecPrepared(c, name->c_str(), bound.count(), bound.values(), nullptr, nullptr, 0));
   }
-  return impl_->to_result(result.get());
+  return answer(impl_->to_result(result.get()));
 }
 
 absl::StatusOr<Result> Connection::execute_atomically(std::span<const Statement> statements) {

@@ -6,13 +6,16 @@
 #include <algorithm>
 
 #include "absl/time/clock.h"
-#include "src/internal/absl_compat.hpp"
+#include "src/core/internal/absl_compat.hpp"
 
 namespace idemledger::pg {
 namespace {
 // Pause between failed connection attempts while acquire() still has time.
 constexpr absl::Duration kReconnectPause = absl::Milliseconds(50);
 }  // namespace
+
+PooledConnection::PooledConnection(Pool* pool, std::unique_ptr<Connection> conn)
+    : pool_(pool), conn_(std::move(conn)), owner_pid_(getpid()) {}
 
 PooledConnection::PooledConnection(PooledConnection&& other) noexcept
     : pool_(std::exchange(other.pool_, nullptr)),
@@ -47,7 +50,7 @@ void PooledConnection::give_back() {
 Pool::Pool(PoolOptions options) : options_(std::move(options)), owner_pid_(getpid()) {}
 
 Pool::~Pool() {
-  internal::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   abandon_if_forked();
   idle_.clear();
 }
@@ -68,7 +71,7 @@ absl::StatusOr<PooledConnection> Pool::acquire() {
   for (;;) {
     std::unique_ptr<Connection> candidate;
     {
-      internal::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       abandon_if_forked();
       if (!mu_.AwaitWithDeadline([this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return can_hand_out(); },
                                  deadline)) {
@@ -87,12 +90,12 @@ absl::StatusOr<PooledConnection> Pool::acquire() {
       absl::StatusOr<std::unique_ptr<Connection>> opened =
           Connection::open(options_.dsn, options_.connection);
       if (opened.ok()) {
-        internal::MutexLock lock(&mu_);
+        MutexLock lock(&mu_);
         ++created_;
         return PooledConnection(this, std::move(*opened));
       }
       {
-        internal::MutexLock lock(&mu_);
+        MutexLock lock(&mu_);
         --open_;
       }
       if (opened.status().code() == absl::StatusCode::kInvalidArgument) return opened.status();
@@ -107,7 +110,7 @@ absl::StatusOr<PooledConnection> Pool::acquire() {
     }
     candidate = validate(std::move(candidate));
     if (candidate != nullptr) return PooledConnection(this, std::move(candidate));
-    internal::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     --open_;
     ++dropped_;
   }
@@ -126,7 +129,7 @@ std::unique_ptr<Connection> Pool::validate(std::unique_ptr<Connection> conn) {
 
 void Pool::release(std::unique_ptr<Connection> conn, bool discard) {
   const bool drop = discard || conn->is_broken();
-  internal::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (drop) {
     --open_;
     ++dropped_;
@@ -137,7 +140,7 @@ void Pool::release(std::unique_ptr<Connection> conn, bool discard) {
 }
 
 Pool::Stats Pool::stats() const {
-  internal::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return {.open = open_, .idle = idle_.size(), .created = created_, .dropped = dropped_};
 }
 

@@ -1,6 +1,6 @@
 // idemledger-admin — what on-call runs at 3 a.m. instead of hand-written SQL.
 //
-//   idemledger-admin [--dsn DSN] [--schema S] [--json] VERB ...
+//   idemledger-admin [--dsn DSN] [--schema S] [--json] [--actor TEXT] VERB ...
 //     migrate                         apply migrations; print the schema version
 //     status                          queue depth by status, open dead letters, health findings
 //     stats                           events, outcomes, ledger totals
@@ -10,362 +10,438 @@
 //     dlq discard ID --reason TEXT    close it without replaying (audited)
 //     reconcile [--full] [--window-minutes N]
 //     cleanup [--ttl-hours H]
-//     partitions enable|ensure [--months-ahead N]   monthly partitions (partitioning.hpp)
+//     partitions enable|ensure [--months-ahead N]   monthly partitions (ops/partitioning.hpp)
 //     relay status                    the delivery relay: marker, outbox, its DLQ, quarantine
 //     relay list [--limit N]          relay dead letters not delivered (open, then dropped)
 //
-// DSN and schema default to $IDEMLEDGER_DSN and $IDEMLEDGER_SCHEMA. Exit codes: 0 fine, 1 findings
+// DSN and schema default to $IDEMLEDGER_DSN and $IDEMLEDGER_SCHEMA; a DSN may
+// also name a service (service=NAME, ~/.pg_service.conf) and take its
+// password from ~/.pgpass or $PGPASSFILE, so none appears in `ps`. Every
+// query is the library's; every argument is checked before anything runs.
+// Audited actions are recorded under the database role that ran them
+// (current_user), with --actor as extra text. Exit codes: 0 fine, 1 findings
 // (unhealthy, out of balance, unknown id), 2 usage or connection errors.
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/time/time.h"
 #include "idemledger.hpp"
-#include "idemledger/pg/connection.hpp"
 
 namespace {
-
-using idemledger::Param;
-
-struct Args {
-  std::string dsn, schema = "idemledger";
-  bool json = false;
-  std::vector<std::string> words;
-  std::map<std::string, std::string> flags;
-};
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "idemledger-admin: %s\n"
-               "usage: idemledger-admin [--dsn DSN] [--schema S] [--json] "
+               "usage: idemledger-admin [--dsn DSN] [--schema S] [--json] [--actor TEXT] "
                "migrate|status|stats|dlq list|dlq show ID|dlq replay|discard ID --reason TEXT|"
-               "reconcile [--full]|cleanup [--ttl-hours H]|partitions enable|ensure|"
-               "relay status|relay list\n",
+               "reconcile [--full] [--window-minutes N]|cleanup [--ttl-hours H]|"
+               "partitions enable|ensure [--months-ahead N]|relay status|relay list [--limit N]\n",
                why.c_str());
   std::exit(2);
 }
 
+// Text from the database or the operator, made safe for a terminal: control
+// characters and non-UTF-8-looking bytes become \xNN, so a stored event id
+// can neither clear the screen nor fake a table row.
+std::string printable(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[byte >> 4];
+      out += kHex[byte & 0xf];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string time_text(absl::Time t) {
+  return absl::FormatTime("%Y-%m-%d %H:%M:%E6S UTC", t, absl::UTCTimeZone());
+}
+std::string time_text(const std::optional<absl::Time>& t) { return t ? time_text(*t) : "-"; }
+
+struct Args {
+  std::string dsn;
+  idemledger::Schema schema = idemledger::kDefaultSchema;
+  bool json = false;
+  bool full = false;
+  std::vector<std::string> words;
+  std::map<std::string, std::string> flags;
+
+  bool has(const std::string& flag) const { return flags.contains(flag); }
+  // A flag's integer value in [min, max], or `fallback` when absent; anything
+  // else ends the program with exit 2 before a connection is opened.
+  std::int64_t number(const std::string& flag, std::int64_t fallback, std::int64_t min,
+                      std::int64_t max) const {
+    const auto it = flags.find(flag);
+    if (it == flags.end()) return fallback;
+    std::int64_t v = 0;
+    if (!absl::SimpleAtoi(it->second, &v) || v < min || v > max) {
+      usage(flag + " must be an integer in [" + std::to_string(min) + ", " + std::to_string(max) +
+            "], got \"" + printable(it->second) + "\"");
+    }
+    return v;
+  }
+};
+
 Args parse_args(int argc, char** argv) {
+  static const std::set<std::string> kValued = {"--dsn",          "--schema",         "--reason",
+                                                "--limit",        "--window-minutes", "--actor",
+                                                "--months-ahead", "--ttl-hours"};
   Args a;
   if (const char* dsn = std::getenv("IDEMLEDGER_DSN")) a.dsn = dsn;
-  if (const char* schema = std::getenv("IDEMLEDGER_SCHEMA"); schema != nullptr && *schema != '\0')
-    a.schema = schema;
+  std::string schema_name;
+  if (const char* schema = std::getenv("IDEMLEDGER_SCHEMA"); schema != nullptr && *schema != '\0') {
+    schema_name = schema;
+  }
   for (int i = 1; i < argc; ++i) {
     const std::string w = argv[i];
-    if (w == "--json" || w == "--full") {
-      a.flags[w] = "1";
-      a.json = a.json || w == "--json";
-    } else if (w.starts_with("--")) {
+    if (w == "--json") {
+      a.json = true;
+    } else if (w == "--full") {
+      a.full = true;
+    } else if (kValued.contains(w)) {
       if (i + 1 >= argc) usage(w + " needs a value");
       a.flags[w] = argv[++i];
+    } else if (w.starts_with("--")) {
+      usage("unknown flag " + printable(w));
     } else {
       a.words.push_back(w);
     }
   }
-  if (a.flags.contains("--dsn")) a.dsn = a.flags["--dsn"];
-  if (a.flags.contains("--schema")) a.schema = a.flags["--schema"];
+  if (a.has("--dsn")) a.dsn = a.flags["--dsn"];
+  if (a.has("--schema")) schema_name = a.flags["--schema"];
+  if (!schema_name.empty()) {
+    absl::StatusOr<idemledger::Schema> schema = idemledger::Schema::create(schema_name);
+    if (!schema.ok()) usage(std::string(schema.status().message()));
+    a.schema = *schema;
+  }
   if (a.dsn.empty()) usage("no database: pass --dsn or set IDEMLEDGER_DSN");
   if (a.words.empty()) usage("no verb");
   return a;
 }
 
 // Prints rows as an aligned table, or as a JSON array of objects.
+using Cell = nlohmann::json;  // a string, an integer or null
 void print_table(const Args& a, const std::vector<std::string>& header,
-                 const idemledger::Result& r) {
+                 const std::vector<std::vector<Cell>>& rows) {
   if (a.json) {
     nlohmann::json out = nlohmann::json::array();
-    for (const auto& row : r.rows) {
-      nlohmann::json o;
-      for (std::size_t c = 0; c < header.size(); ++c)
-        o[header[c]] = row[c] ? nlohmann::json(*row[c]) : nullptr;
-      out.push_back(o);
+    for (const auto& row : rows) {
+      nlohmann::json o = nlohmann::json::object();
+      for (std::size_t c = 0; c < header.size(); ++c) o[header[c]] = row[c];
+      out.push_back(std::move(o));
     }
-    std::printf("%s\n", out.dump(2).c_str());
+    std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return;
   }
+  const auto text = [](const Cell& cell) {
+    if (cell.is_null()) return std::string("-");
+    if (cell.is_string()) return printable(cell.get<std::string>());
+    return cell.dump();
+  };
   std::vector<std::size_t> width(header.size());
   for (std::size_t c = 0; c < header.size(); ++c) width[c] = header[c].size();
-  for (const auto& row : r.rows) {
+  for (const auto& row : rows) {
     for (std::size_t c = 0; c < header.size(); ++c)
-      width[c] = std::max(width[c], row[c].value_or("-").size());
+      width[c] = std::max(width[c], text(row[c]).size());
   }
   const auto line = [&](const auto& cell) {
-    for (std::size_t c = 0; c < header.size(); ++c)
+    for (std::size_t c = 0; c < header.size(); ++c) {
       std::printf("%-*s  ", static_cast<int>(width[c]), cell(c).c_str());
+    }
     std::printf("\n");
   };
   line([&](std::size_t c) { return header[c]; });
-  for (const auto& row : r.rows) line([&](std::size_t c) { return row[c].value_or("-"); });
+  for (const auto& row : rows) line([&](std::size_t c) { return text(row[c]); });
 }
 
-idemledger::Result query(idemledger::Connection& c, const Args& a, std::string sql,
-                         std::initializer_list<Param> params = {}) {
-  for (std::size_t p; (p = sql.find("{schema}")) != std::string::npos;) sql.replace(p, 8, a.schema);
-  absl::StatusOr<idemledger::Result> r = c.execute(sql, params);
+template <typename T>
+T must(absl::StatusOr<T> r) {
   if (!r.ok()) {
-    std::fprintf(stderr, "idemledger-admin: %s\n", r.status().ToString().c_str());
+    std::fprintf(stderr, "idemledger-admin: %s\n", printable(r.status().ToString()).c_str());
     std::exit(2);
   }
   return *std::move(r);
 }
 
-// --limit N for the list verbs (50 by default).
-std::string list_limit(const Args& a) {
-  return a.flags.contains("--limit") ? a.flags.at("--limit") : "50";
+// Who does an audited action: the database role (authenticated by the
+// server, unlike $USER), plus what the operator adds with --actor.
+std::string actor(idemledger::Connection& c, const Args& a) {
+  const idemledger::Result r = must(c.execute("SELECT current_user"));
+  std::string role = must(idemledger::read_single<std::string>(r, "current_user"));
+  if (a.has("--actor")) role += " (" + a.flags.at("--actor") + ")";
+  return role;
 }
 
-std::string actor() {
-  const char* user = std::getenv("USER");
-  return user != nullptr ? user : std::to_string(getuid());
+int migrate(idemledger::Connection& c, const Args& a) {
+  if (absl::Status s = idemledger::migrate(c, a.schema); !s.ok()) usage(s.ToString());
+  std::printf("schema %s at version %d\n", std::string(a.schema.name()).c_str(),
+              must(idemledger::current_schema_version(c, a.schema)));
+  return 0;
+}
+
+int status(idemledger::Connection& c, const Args& a) {
+  const idemledger::StatusReport s = must(idemledger::status_report(c, {.schema = a.schema}));
+  const idemledger::HealthReport& h = s.health;
+  if (a.json) {
+    nlohmann::json by_status = nlohmann::json::object();
+    for (const auto& row : s.by_status) by_status[std::string(to_string(row.status))] = row.events;
+    std::printf("%s\n", nlohmann::json{{"events", by_status},
+                                       {"open_dead_letters", s.open_dead_letters},
+                                       {"last_reconciliation", time_text(s.last_reconciliation)},
+                                       {"healthy", h.healthy()},
+                                       {"zombie_processing", h.zombie_processing},
+                                       {"zombie_queued", h.zombie_queued},
+                                       {"dead_letters_last_hour", h.dead_letters_last_hour},
+                                       {"stuck_idempotency_records", h.stuck_idempotency_records}}
+                            .dump(2)
+                            .c_str());
+  } else {
+    std::vector<std::vector<Cell>> rows;
+    for (const auto& row : s.by_status) {
+      rows.push_back(
+          {std::string(to_string(row.status)), row.events, time_text(row.oldest_update)});
+    }
+    print_table(a, {"status", "events", "oldest_update"}, rows);
+    std::printf(
+        "\nopen dead letters: %lld\nlast reconciliation: %s\nhealth: %s (zombies: %lld "
+        "processing, %lld queued; dead letters last hour: %lld; stuck idempotency records: "
+        "%lld)\n",
+        static_cast<long long>(s.open_dead_letters),
+        s.last_reconciliation ? time_text(*s.last_reconciliation).c_str() : "never",
+        h.healthy() ? "ok" : "UNHEALTHY", static_cast<long long>(h.zombie_processing),
+        static_cast<long long>(h.zombie_queued), static_cast<long long>(h.dead_letters_last_hour),
+        static_cast<long long>(h.stuck_idempotency_records));
+  }
+  return h.healthy() ? 0 : 1;
+}
+
+int stats(idemledger::Connection& c, const Args& a) {
+  std::vector<std::vector<Cell>> rows;
+  for (const idemledger::StatsRow& r : must(idemledger::ledger_stats(c, a.schema))) {
+    rows.push_back({r.what, r.count, r.total ? Cell(r.total->to_string()) : Cell()});
+  }
+  print_table(a, {"what", "count", "total"}, rows);
+  return 0;
+}
+
+int dlq(idemledger::Connection& c, const Args& a) {
+  const std::string sub = a.words.size() > 1 ? a.words[1] : "";
+  const idemledger::DeadLetterQueue queue({.schema = a.schema});
+  if (sub == "list") {
+    const int limit = static_cast<int>(a.number("--limit", 50, 1, 10'000));
+    std::vector<std::vector<Cell>> rows;
+    for (const auto& r : must(queue.list(c, limit))) {
+      rows.push_back({r.id, r.letter.event_id, r.letter.event_type, r.letter.user_id,
+                      r.letter.amount, r.letter.reason, r.attempt, time_text(r.created_at)});
+    }
+    print_table(a, {"id", "event_id", "type", "user", "amount", "reason", "attempt", "created_at"},
+                rows);
+    return 0;
+  }
+  if (sub != "show" && sub != "replay" && sub != "discard") usage("dlq list|show|replay|discard");
+  if (a.words.size() < 3) usage("dlq " + sub + " needs an id");
+  std::int64_t id = 0;
+  if (!absl::SimpleAtoi(a.words[2], &id) || id <= 0) {
+    usage("a dead letter id is a positive integer, got \"" + printable(a.words[2]) + "\"");
+  }
+  // A refusal the operator can act on (no such letter, already resolved,
+  // still not applicable) is a finding (1); anything else is an error (2).
+  const auto refused = [](const absl::Status& s) {
+    std::fprintf(stderr, "idemledger-admin: %s\n", printable(std::string(s.message())).c_str());
+    return s.code() == absl::StatusCode::kNotFound ||
+                   s.code() == absl::StatusCode::kFailedPrecondition
+               ? 1
+               : 2;
+  };
+  if (sub == "show") {
+    absl::StatusOr<idemledger::DeadLetterQueue::Record> r = queue.show(c, id);
+    if (!r.ok()) return refused(r.status());
+    const std::vector<std::string> names = {
+        "id",         "event_id",     "event_type",  "user_id",       "amount",
+        "reason",     "error",        "attempt",     "trace_id",      "created",
+        "resolution", "event_status", "retry_count", "recovery_count"};
+    const auto or_null = [](const auto& o) { return o ? Cell(*o) : Cell(); };
+    const std::vector<Cell> row = {
+        r->id,
+        r->letter.event_id,
+        r->letter.event_type,
+        r->letter.user_id,
+        r->letter.amount,
+        r->letter.reason,
+        r->letter.error,
+        r->attempt,
+        r->letter.trace_id.empty() ? Cell() : Cell(r->letter.trace_id),
+        time_text(r->created_at),
+        or_null(r->resolution),
+        r->event_status ? Cell(std::string(to_string(*r->event_status))) : Cell(),
+        r->retry_count,
+        r->recovery_count};
+    if (a.json) {
+      print_table(a, names, {row});
+    } else {
+      for (std::size_t i = 0; i < names.size(); ++i) {
+        const std::string value = row[i].is_null()     ? "-"
+                                  : row[i].is_string() ? printable(row[i].get<std::string>())
+                                                       : row[i].dump();
+        std::printf("%-15s %s\n", names[i].c_str(), value.c_str());
+      }
+    }
+    return 0;
+  }
+  if (!a.has("--reason") || a.flags.at("--reason").empty()) usage(sub + " requires --reason");
+  const std::string& reason = a.flags.at("--reason");
+  const std::string who = actor(c, a);
+  if (sub == "discard") {
+    absl::StatusOr<std::int64_t> audit = queue.discard(c, id, reason, who);
+    if (!audit.ok()) return refused(audit.status());
+    std::printf("dead letter %lld discarded (audit record %lld)\n", static_cast<long long>(id),
+                static_cast<long long>(*audit));
+    return 0;
+  }
+  const idemledger::Ledger ledger({.schema = a.schema});
+  absl::StatusOr<idemledger::DeadLetterQueue::ReplayResult> r =
+      queue.replay(c, ledger, id, reason, who);
+  if (!r.ok()) return refused(r.status());
+  if (r->applied_now) {
+    std::printf("dead letter %lld replayed (audit record %lld): event %s applied now: %s\n",
+                static_cast<long long>(id), static_cast<long long>(r->audit_id),
+                printable(r->event_id).c_str(),
+                std::string(idemledger::to_string(*r->applied_now)).c_str());
+  } else {
+    std::printf(
+        "dead letter %lld replayed (audit record %lld): event %s is pending again; "
+        "a worker applies it once\n",
+        static_cast<long long>(id), static_cast<long long>(r->audit_id),
+        printable(r->event_id).c_str());
+  }
+  return 0;
+}
+
+int reconcile(idemledger::Connection& c, const Args& a) {
+  const idemledger::Reconciler reconciler({.schema = a.schema});
+  const std::int64_t window = a.number("--window-minutes", 60, 1, 60 * 24 * 366);
+  const idemledger::ReconcileReport r =
+      must(a.full ? reconciler.full(c) : reconciler.hot_path(c, absl::Minutes(window)));
+  if (a.json) {
+    nlohmann::json out = {{"users_checked", r.users_checked},
+                          {"clean", r.clean()},
+                          {"mismatches", nlohmann::json::array()},
+                          {"duplicates", nlohmann::json::array()}};
+    for (const auto& m : r.mismatches) {
+      out["mismatches"].push_back(
+          {{"user_id", m.user_id}, {"balance", m.balance}, {"expected", m.expected}});
+    }
+    for (const auto& d : r.duplicates) {
+      out["duplicates"].push_back({{"source_event_id", d.source_event_id},
+                                   {"event_type", d.event_type},
+                                   {"copies", d.copies}});
+    }
+    std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else {
+    std::printf(
+        "reconciliation (%s): %lld users checked, %zu out of balance, %zu duplicate ledger "
+        "entries\n",
+        a.full ? "full" : "hot path", static_cast<long long>(r.users_checked), r.mismatches.size(),
+        r.duplicates.size());
+    for (const auto& m : r.mismatches) {
+      std::printf("  user %lld: balance %s, expected %s\n", static_cast<long long>(m.user_id),
+                  m.balance.c_str(), m.expected.c_str());
+    }
+    for (const auto& d : r.duplicates) {
+      std::printf("  duplicate: %s (%s) x%lld\n", printable(d.source_event_id).c_str(),
+                  printable(d.event_type).c_str(), static_cast<long long>(d.copies));
+    }
+  }
+  return r.clean() ? 0 : 1;
+}
+
+int cleanup(idemledger::Connection& c, const Args& a) {
+  const std::int64_t min_hours = absl::ToInt64Hours(idemledger::kMinIdempotencyTtl);
+  const std::int64_t hours = a.number("--ttl-hours", 24 * 30, min_hours, 24 * 365 * 100);
+  const idemledger::CleanupReport r = must(
+      idemledger::cleanup_idempotency_records(c, {.schema = a.schema, .ttl = absl::Hours(hours)}));
+  std::printf(
+      "deleted %lld idempotency records older than %lldh in %lld batches; dropped %lld expired "
+      "monthly partitions\n",
+      static_cast<long long>(r.deleted), static_cast<long long>(hours),
+      static_cast<long long>(r.batches), static_cast<long long>(r.partitions_dropped));
+  return 0;
+}
+
+int partitions(idemledger::Connection& c, const Args& a) {
+  const std::string sub = a.words.size() > 1 ? a.words[1] : "";
+  if (sub != "enable" && sub != "ensure") usage("partitions enable|ensure [--months-ahead N]");
+  const idemledger::PartitioningOptions options{
+      .schema = a.schema, .months_ahead = static_cast<int>(a.number("--months-ahead", 3, 0, 120))};
+  const int created = must(sub == "enable" ? idemledger::enable_monthly_partitioning(c, options)
+                                           : idemledger::ensure_monthly_partitions(c, options));
+  std::printf("schema %s: monthly partitions %s; %d created\n",
+              std::string(a.schema.name()).c_str(),
+              must(idemledger::is_partitioned(c, a.schema)) ? "on" : "off (enable first)", created);
+  return 0;
+}
+
+int relay(idemledger::Connection& c, const Args& a) {
+  const std::string sub = a.words.size() > 1 ? a.words[1] : "";
+  if (sub == "status") {
+    const idemledger::RelayReport r = must(idemledger::relay_report(c, a.schema));
+    std::vector<std::vector<Cell>> rows;
+    for (const auto& m : r.markers) {
+      rows.push_back({"marker " + m.name + ": " + std::string(to_string(m.state)), Cell(),
+                      time_text(m.opened_at)});
+    }
+    rows.push_back({"outbox undelivered", r.outbox_undelivered, time_text(r.oldest_undelivered)});
+    rows.push_back({"outbox delivered", r.outbox_delivered, Cell()});
+    for (const auto& d : r.dead_letters) {
+      rows.push_back({"dead letters " + d.what, d.count, time_text(d.since)});
+    }
+    for (const auto& d : r.dropped_by_reason) {
+      rows.push_back({"dropped: " + d.what, d.count, Cell()});
+    }
+    rows.push_back({"quarantined", r.quarantined, time_text(r.quarantined_since)});
+    print_table(a, {"what", "count", "since"}, rows);
+    return 0;
+  }
+  if (sub == "list") {
+    const int limit = static_cast<int>(a.number("--limit", 50, 1, 10'000));
+    std::vector<std::vector<Cell>> rows;
+    for (const auto& d : must(idemledger::list_relay_dead_letters(c, a.schema, limit))) {
+      rows.push_back({d.id, d.outbox_id, d.topic, d.dlq_retries, time_text(d.first_dlq_at),
+                      d.reason, d.resolution ? Cell(*d.resolution) : Cell(),
+                      d.drop_reason ? Cell(*d.drop_reason) : Cell()});
+    }
+    print_table(a,
+                {"id", "outbox_id", "topic", "dlq_retries", "first_dlq_at", "reason", "resolution",
+                 "drop_reason"},
+                rows);
+    return 0;
+  }
+  usage("relay status|list");
 }
 
 int run(idemledger::Connection& c, const Args& a) {
   const std::string& verb = a.words[0];
-  if (verb == "migrate") {
-    if (absl::Status s = idemledger::migrate(c, a.schema); !s.ok()) usage(s.ToString());
-    std::printf("schema %s at version %d\n", a.schema.c_str(),
-                *idemledger::current_schema_version(c, a.schema));
-    return 0;
-  }
-  if (verb == "status") {
-    print_table(
-        a, {"status", "events", "oldest_update"},
-        query(c, a,
-              "SELECT status, count(*)::text, min(updated_at)::text FROM {schema}.payment_events "
-              "GROUP BY status ORDER BY status"));
-    const idemledger::Result dlq =
-        query(c, a, "SELECT count(*) FROM {schema}.dead_letter_queue WHERE resolved_at IS NULL");
-    const idemledger::Result last = query(c, a,
-                                          "SELECT coalesce(max(finished_at)::text, 'never') FROM "
-                                          "{schema}.reconciliation_runs");
-    absl::StatusOr<idemledger::HealthReport> h = idemledger::check_health(c, {.schema = a.schema});
-    if (!h.ok()) usage(h.status().ToString());
-    if (a.json) {
-      std::printf("%s\n",
-                  nlohmann::json{{"open_dead_letters", *dlq.at(0, 0)},
-                                 {"last_reconciliation", *last.at(0, 0)},
-                                 {"healthy", h->healthy()},
-                                 {"zombie_processing", h->zombie_processing},
-                                 {"zombie_queued", h->zombie_queued},
-                                 {"dead_letters_last_hour", h->dead_letters_last_hour},
-                                 {"stuck_idempotency_records", h->stuck_idempotency_records}}
-                      .dump(2)
-                      .c_str());
-    } else {
-      std::printf(
-          "\nopen dead letters: %s\nlast reconciliation: %s\nhealth: %s (zombies: %lld processing, "
-          "%lld "
-          "queued; dead letters last hour: %lld; stuck idempotency records: %lld)\n",
-          dlq.at(0, 0)->c_str(), last.at(0, 0)->c_str(), h->healthy() ? "ok" : "UNHEALTHY",
-          static_cast<long long>(h->zombie_processing), static_cast<long long>(h->zombie_queued),
-          static_cast<long long>(h->dead_letters_last_hour),
-          static_cast<long long>(h->stuck_idempotency_records));
-    }
-    return h->healthy() ? 0 : 1;
-  }
-  if (verb == "stats") {
-    print_table(
-        a, {"what", "count", "total"},
-        query(c, a,
-              "SELECT 'event ' || event_type || ' ' || status, count(*)::text, sum(amount)::text "
-              "FROM {schema}.payment_events GROUP BY 1 "
-              "UNION ALL SELECT 'outcome ' || outcome, count(*)::text, NULL FROM "
-              "{schema}.processed_events "
-              "GROUP BY 1 "
-              "UNION ALL SELECT 'ledger entries', count(*)::text, coalesce(sum(amount), 0)::text "
-              "FROM {schema}.balance_events "
-              "UNION ALL SELECT 'users', count(*)::text, sum(balance)::text FROM {schema}.users "
-              "ORDER BY 1"));
-    return 0;
-  }
-  if (verb == "dlq" && a.words.size() >= 2) {
-    const std::string& sub = a.words[1];
-    if (sub == "list") {
-      const std::string limit = list_limit(a);
-      print_table(
-          a, {"id", "event_id", "type", "user", "amount", "reason", "attempt", "created_at"},
-          query(c, a,
-                "SELECT id::text, event_id, event_type, user_id::text, amount::text, reason, "
-                "attempt::text, created_at::text FROM {schema}.dead_letter_queue "
-                "WHERE resolved_at IS NULL ORDER BY id DESC LIMIT $1::bigint",
-                {Param(limit)}));
-      return 0;
-    }
-    if (a.words.size() < 3) usage("dlq " + sub + " needs an id");
-    const std::string& id = a.words[2];
-    if (sub == "show") {
-      const idemledger::Result r = query(
-          c, a,
-          "SELECT d.id::text, d.event_id, d.event_type, d.user_id::text, d.amount::text, d.reason, "
-          "d.error, "
-          "d.attempt::text, d.trace_id, d.created_at::text, d.resolution, e.status, "
-          "e.retry_count::text, "
-          "e.recovery_count::text FROM {schema}.dead_letter_queue d "
-          "LEFT JOIN {schema}.payment_events e ON e.event_id = d.event_id WHERE d.id = $1::bigint",
-          {Param(id)});
-      if (r.rows.empty()) {
-        std::fprintf(stderr, "no dead letter %s\n", id.c_str());
-        return 1;
-      }
-      const std::vector<std::string> names = {
-          "id",         "event_id",     "event_type",  "user_id",       "amount",
-          "reason",     "error",        "attempt",     "trace_id",      "created",
-          "resolution", "event_status", "retry_count", "recovery_count"};
-      if (a.json) {
-        print_table(a, names, r);
-      } else {
-        for (std::size_t i = 0; i < names.size(); ++i) {
-          std::printf("%-15s %s\n", names[i].c_str(), r.at(0, i).value_or("-").c_str());
-        }
-      }
-      return 0;
-    }
-    if (sub == "discard" || sub == "replay") {
-      if (!a.flags.contains("--reason") || a.flags.at("--reason").empty())
-        usage(sub + " requires --reason");
-      std::int64_t letter = 0;
-      if (!absl::SimpleAtoi(id, &letter)) usage("dead letter id must be an integer: " + id);
-      const std::string& reason = a.flags.at("--reason");
-      const idemledger::DeadLetterQueue dlq({.schema = a.schema});
-      // A refusal the operator can act on (no such letter, already resolved,
-      // still not applicable) is a finding (1); anything else is an error (2).
-      const auto refused = [](const absl::Status& s) {
-        std::fprintf(stderr, "idemledger-admin: %s\n", std::string(s.message()).c_str());
-        return s.code() == absl::StatusCode::kNotFound ||
-                       s.code() == absl::StatusCode::kFailedPrecondition
-                   ? 1
-                   : 2;
-      };
-      if (sub == "discard") {
-        absl::StatusOr<std::int64_t> audit = dlq.discard(c, letter, reason, actor());
-        if (!audit.ok()) return refused(audit.status());
-        std::printf("dead letter %s discarded (audit record %lld)\n", id.c_str(),
-                    static_cast<long long>(*audit));
-        return 0;
-      }
-      const idemledger::Ledger ledger({.schema = a.schema});
-      absl::StatusOr<idemledger::DeadLetterQueue::ReplayResult> r =
-          dlq.replay(c, ledger, letter, reason, actor());
-      if (!r.ok()) return refused(r.status());
-      if (r->applied_now) {
-        std::printf("dead letter %s replayed (audit record %lld): event %s applied now: %s\n",
-                    id.c_str(), static_cast<long long>(r->audit_id), r->event_id.c_str(),
-                    std::string(idemledger::to_string(*r->applied_now)).c_str());
-      } else {
-        std::printf(
-            "dead letter %s replayed (audit record %lld): event %s is pending again; "
-            "a worker applies it once\n",
-            id.c_str(), static_cast<long long>(r->audit_id), r->event_id.c_str());
-      }
-      return 0;
-    }
-  }
-  if (verb == "reconcile") {
-    const idemledger::Reconciler reconciler({.schema = a.schema});
-    const long window = a.flags.contains("--window-minutes")
-                            ? std::atol(a.flags.at("--window-minutes").c_str())
-                            : 60;
-    absl::StatusOr<idemledger::ReconcileReport> r =
-        a.flags.contains("--full") ? reconciler.full(c)
-                                   : reconciler.hot_path(c, absl::Minutes(window));
-    if (!r.ok()) usage(r.status().ToString());
-    if (a.json) {
-      nlohmann::json out = {{"users_checked", r->users_checked}, {"clean", r->clean()}};
-      for (const auto& m : r->mismatches) {
-        out["mismatches"].push_back(
-            {{"user_id", m.user_id}, {"balance", m.balance}, {"expected", m.expected}});
-      }
-      for (const auto& d : r->duplicates) {
-        out["duplicates"].push_back({{"source_event_id", d.source_event_id},
-                                     {"event_type", d.event_type},
-                                     {"copies", d.copies}});
-      }
-      std::printf("%s\n", out.dump(2).c_str());
-    } else {
-      std::printf(
-          "reconciliation (%s): %lld users checked, %zu out of balance, %zu duplicate ledger "
-          "entries\n",
-          a.flags.contains("--full") ? "full" : "hot path",
-          static_cast<long long>(r->users_checked), r->mismatches.size(), r->duplicates.size());
-      for (const auto& m : r->mismatches) {
-        std::printf("  user %lld: balance %s, expected %s\n", static_cast<long long>(m.user_id),
-                    m.balance.c_str(), m.expected.c_str());
-      }
-      for (const auto& d : r->duplicates) {
-        std::printf("  duplicate: %s (%s) x%lld\n", d.source_event_id.c_str(), d.event_type.c_str(),
-                    static_cast<long long>(d.copies));
-      }
-    }
-    return r->clean() ? 0 : 1;
-  }
-  if (verb == "cleanup") {
-    const long hours =
-        a.flags.contains("--ttl-hours") ? std::atol(a.flags.at("--ttl-hours").c_str()) : 24L * 30;
-    absl::StatusOr<idemledger::CleanupReport> r =
-        idemledger::cleanup_idempotency_records(c, {.schema = a.schema, .ttl = absl::Hours(hours)});
-    if (!r.ok()) usage(r.status().ToString());
-    std::printf(
-        "deleted %lld idempotency records older than %ldh in %lld batches; dropped %lld expired "
-        "monthly partitions\n",
-        static_cast<long long>(r->deleted), hours, static_cast<long long>(r->batches),
-        static_cast<long long>(r->partitions_dropped));
-    return 0;
-  }
-  if (verb == "partitions") {
-    const std::string sub = a.words.size() > 1 ? a.words[1] : "";
-    if (sub != "enable" && sub != "ensure") usage("partitions enable|ensure [--months-ahead N]");
-    int months = 3;
-    if (a.flags.contains("--months-ahead") &&
-        !absl::SimpleAtoi(a.flags.at("--months-ahead"), &months)) {
-      usage("--months-ahead must be an integer");
-    }
-    const idemledger::PartitioningOptions options{.schema = a.schema, .months_ahead = months};
-    absl::StatusOr<int> created = sub == "enable"
-                                      ? idemledger::enable_monthly_partitioning(c, options)
-                                      : idemledger::ensure_monthly_partitions(c, options);
-    if (!created.ok()) usage(created.status().ToString());
-    std::printf("schema %s: monthly partitions %s; %d created\n", a.schema.c_str(),
-                *idemledger::is_partitioned(c, a.schema) ? "on" : "off (enable first)", *created);
-    return 0;
-  }
-  if (verb == "relay" && a.words.size() == 2 && a.words[1] == "status") {
-    print_table(
-        a, {"what", "count", "since"},
-        query(c, a,
-              "SELECT 'marker ' || name || ': ' || state, NULL, opened_at::text "
-              "FROM {schema}.circuit_breakers WHERE name LIKE 'relay:%' "
-              "UNION ALL SELECT 'outbox undelivered', count(*)::text, min(created_at)::text "
-              "FROM {schema}.outbox WHERE published_at IS NULL AND diverted_at IS NULL "
-              "UNION ALL SELECT 'outbox delivered', count(*)::text, NULL FROM {schema}.outbox "
-              "WHERE published_at IS NOT NULL "
-              "UNION ALL SELECT 'dead letters ' || coalesce(resolution, 'open'), count(*)::text, "
-              "min(first_dlq_at)::text FROM {schema}.relay_dead_letters GROUP BY resolution "
-              "UNION ALL SELECT 'dropped: ' || drop_reason, count(*)::text, NULL "
-              "FROM {schema}.relay_dead_letters WHERE resolution = 'dropped' GROUP BY drop_reason "
-              "UNION ALL SELECT 'quarantined', count(*)::text, min(quarantined_at)::text "
-              "FROM {schema}.relay_quarantine"));
-    return 0;
-  }
-  if (verb == "relay" && a.words.size() == 2 && a.words[1] == "list") {
-    const std::string limit = list_limit(a);
-    print_table(a,
-                {"id", "outbox_id", "topic", "dlq_retries", "first_dlq_at", "reason", "resolution",
-                 "drop_reason"},
-                query(c, a,
-                      "SELECT id::text, outbox_id::text, topic, dlq_retries::text, "
-                      "first_dlq_at::text, reason, resolution, drop_reason "
-                      "FROM {schema}.relay_dead_letters WHERE resolution IS DISTINCT FROM "
-                      "'delivered' ORDER BY resolution NULLS FIRST, id DESC LIMIT $1::bigint",
-                      {Param(limit)}));
-    return 0;
-  }
-  usage("unknown verb: " + verb);
+  if (verb == "migrate") return migrate(c, a);
+  if (verb == "status") return status(c, a);
+  if (verb == "stats") return stats(c, a);
+  if (verb == "dlq") return dlq(c, a);
+  if (verb == "reconcile") return reconcile(c, a);
+  if (verb == "cleanup") return cleanup(c, a);
+  if (verb == "partitions") return partitions(c, a);
+  if (verb == "relay") return relay(c, a);
+  usage("unknown verb: " + printable(verb));
 }
 
 }  // namespace
@@ -373,14 +449,13 @@ int run(idemledger::Connection& c, const Args& a) {
 int main(int argc, char** argv) {
   try {
     const Args a = parse_args(argc, argv);
-    absl::StatusOr<std::unique_ptr<idemledger::pg::Connection>> c =
-        // Unnamed statements: an operator's one-off commands gain nothing from
-        // preparing, and they then also work through PgBouncer < 1.21.
-        idemledger::pg::Connection::open(a.dsn, {.prepared_statements = false});
-    if (!c.ok()) usage(c.status().ToString());
-    return run(**c, a);
-  } catch (const std::exception& e) {  // e.g. JSON output of non-UTF-8 data: report, exit 2
-    std::fprintf(stderr, "idemledger-admin: %s\n", e.what());
+    // Unnamed statements: an operator's one-off commands gain nothing from
+    // preparing, and they then also work through PgBouncer < 1.21.
+    std::unique_ptr<idemledger::pg::Connection> c =
+        must(idemledger::pg::Connection::open(a.dsn, {.prepared_statements = false}));
+    return run(*c, a);
+  } catch (const std::exception& e) {  // nothing the library throws; JSON output could
+    std::fprintf(stderr, "idemledger-admin: %s\n", printable(e.what()).c_str());
     return 2;
   }
 }

@@ -21,7 +21,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "idemledger/connection.hpp"
+#include "idemledger/core/connection.hpp"
 
 namespace idemledger::pg {
 

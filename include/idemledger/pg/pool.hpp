@@ -22,9 +22,6 @@
 #ifndef IDEMLEDGER_PG_POOL_HPP
 #define IDEMLEDGER_PG_POOL_HPP
 
-#include <sys/types.h>
-#include <unistd.h>
-
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -33,7 +30,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "idemledger/internal/mutex.hpp"
+#include "idemledger/core/connection.hpp"
+#include "idemledger/core/mutex.hpp"
 #include "idemledger/pg/connection.hpp"
 
 namespace idemledger::pg {
@@ -65,13 +63,12 @@ class PooledConnection {
 
  private:
   friend class Pool;
-  PooledConnection(Pool* pool, std::unique_ptr<Connection> conn)
-      : pool_(pool), conn_(std::move(conn)), owner_pid_(getpid()) {}
+  PooledConnection(Pool* pool, std::unique_ptr<Connection> conn);
   void give_back();
 
   Pool* pool_ = nullptr;
   std::unique_ptr<Connection> conn_;
-  pid_t owner_pid_ = 0;  // a copy living on in a fork()ed child must not return
+  long owner_pid_ = 0;  // a copy living on in a fork()ed child must not return
   bool discard_ = false;
 };
 
@@ -112,12 +109,12 @@ class Pool {
   void abandon_if_forked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const PoolOptions options_;
-  mutable internal::Mutex mu_;
+  mutable Mutex mu_;
   std::vector<std::unique_ptr<Connection>> idle_ ABSL_GUARDED_BY(mu_);
   std::size_t open_ ABSL_GUARDED_BY(mu_) = 0;
   std::size_t created_ ABSL_GUARDED_BY(mu_) = 0;
   std::size_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
-  pid_t owner_pid_ ABSL_GUARDED_BY(mu_);
+  long owner_pid_ ABSL_GUARDED_BY(mu_);  // the process that owns the idle sessions
 };
 
 }  // namespace idemledger::pg

@@ -1,0 +1,121 @@
+// idemledger/core/connection.hpp — the database connection the library needs.
+//
+// Everything the library does to PostgreSQL goes through this interface, so a
+// host can run it over its own driver. The bundled libpq adapter is
+// idemledger::pg::Connection (idemledger/pg/connection.hpp).
+//
+//   absl::StatusOr<Result> r = conn.execute("SELECT balance FROM t WHERE id = $1", Params(7));
+//   absl::StatusOr<Amount> b = r->single_row("balance")->get<Amount>(0);
+//   absl::StatusOr<Transaction> tx = Transaction::begin(conn, IsolationLevel::kRepeatableRead);
+//   ... tx->commit();   // destroyed uncommitted -> ROLLBACK
+//
+// Parameters are always bound as text (NULL = nullopt), never spliced into SQL
+// (params.hpp); rows are read through types (result.hpp). A failed call
+// carries the SQLSTATE (status.hpp).
+//
+// Connection is thread-compatible: one thread at a time.
+#ifndef IDEMLEDGER_CORE_CONNECTION_HPP
+#define IDEMLEDGER_CORE_CONNECTION_HPP
+
+#include <functional>
+#include <initializer_list>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "idemledger/core/params.hpp"
+#include "idemledger/core/result.hpp"
+
+namespace idemledger {
+
+// One statement of a batch.
+struct Statement {
+  std::string_view sql;
+  std::span<const Param> params;
+};
+
+class Connection {
+ public:
+  virtual ~Connection() = default;
+
+  // execute()
+  //
+  // Runs one statement with bound text parameters.
+  [[nodiscard]] virtual absl::StatusOr<Result> execute(std::string_view sql,
+                                                       std::span<const Param> params) = 0;
+  [[nodiscard]] absl::StatusOr<Result> execute(std::string_view sql,
+                                               std::initializer_list<Param> params = {}) {
+    return execute(sql, std::span<const Param>(params.begin(), params.size()));
+  }
+
+  // execute_atomically()
+  //
+  // Runs `statements` in order as one transaction and returns the result of
+  // the last one; if any fails, none takes effect. Inside a transaction the
+  // caller opened, they join it instead. The default runs BEGIN ... COMMIT
+  // statement by statement; drivers that can pipeline (the libpq adapter)
+  // send the whole batch in one round trip. A connection lost before the
+  // outcome is known yields a status with commit_in_doubt().
+  // REQUIRES: !statements.empty().
+  [[nodiscard]] virtual absl::StatusOr<Result> execute_atomically(
+      std::span<const Statement> statements);
+
+  // True while the session is inside an explicit transaction block.
+  [[nodiscard]] virtual bool in_transaction() const = 0;
+
+  // wait_for_notification()
+  //
+  // Blocks until a NOTIFY arrives on a channel this session LISTENs to (true)
+  // or `timeout` passes (false). The default cannot listen and just sleeps:
+  // callers then fall back to polling, which is always correct, only slower.
+  [[nodiscard]] virtual absl::StatusOr<bool> wait_for_notification(absl::Duration timeout);
+};
+
+// Lends a database session: calls `work` with a Connection nobody else uses
+// meanwhile, or returns why it cannot. For components that run their own
+// threads (Relay::run); pg::Pool::lender() is one.
+using SessionLender = std::function<absl::Status(const std::function<void(Connection&)>& work)>;
+
+enum class IsolationLevel { kReadCommitted, kRepeatableRead, kSerializable };
+
+// Transaction
+//
+// RAII transaction scope: BEGIN (with the isolation level in the BEGIN itself,
+// so it is transaction-scoped and PgBouncer-safe) on begin(), ROLLBACK on
+// destruction unless commit() succeeded. Movable, not copyable.
+class Transaction {
+ public:
+  [[nodiscard]] static absl::StatusOr<Transaction> begin(
+      Connection& conn, IsolationLevel level = IsolationLevel::kReadCommitted);
+
+  Transaction(Transaction&& other) noexcept;
+  Transaction& operator=(Transaction&&) = delete;
+  Transaction(const Transaction&) = delete;
+  Transaction& operator=(const Transaction&) = delete;
+  ~Transaction();
+
+  [[nodiscard]] absl::Status commit();
+  [[nodiscard]] absl::Status rollback();
+
+  // Savepoints: one bad step rolls back to its savepoint, not the whole
+  // transaction. `name` must be a plain identifier ([a-z_][a-z0-9_]*).
+  [[nodiscard]] absl::Status savepoint(std::string_view name);
+  [[nodiscard]] absl::Status rollback_to(std::string_view name);
+  [[nodiscard]] absl::Status release(std::string_view name);
+
+  [[nodiscard]] Connection& connection() { return *conn_; }
+
+ private:
+  explicit Transaction(Connection& conn) : conn_(&conn) {}
+  absl::Status run_savepoint_command(std::string_view verb, std::string_view name);
+
+  Connection* conn_;
+  bool active_ = true;
+};
+
+}  // namespace idemledger
+
+#endif  // IDEMLEDGER_CORE_CONNECTION_HPP

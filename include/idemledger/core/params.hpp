@@ -1,0 +1,96 @@
+// idemledger/core/params.hpp — values bound to a statement's $1, $2, ...
+//
+// Every value reaches PostgreSQL as a bound text parameter, never spliced
+// into SQL. Params turns typed values into those texts once, at the call:
+//
+//   conn.execute(schema.qualify("SELECT {schema}.claim_events($1::int, $2::bigint)"),
+//                Params(batch_size, lease));   // an int, and a Duration as milliseconds
+//
+// Conversions: strings are viewed (an rvalue string is kept); integers in
+// decimal; bool as true/false; Amount canonically; absl::Duration as whole
+// milliseconds (bind it as $n::bigint * interval '1 millisecond');
+// std::nullopt and an empty std::optional as NULL.
+//
+// Params is a value type meant to live for one call; thread-compatible.
+#ifndef IDEMLEDGER_CORE_PARAMS_HPP
+#define IDEMLEDGER_CORE_PARAMS_HPP
+
+#include <array>
+#include <charconv>
+#include <concepts>
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include "absl/time/time.h"
+#include "idemledger/core/amount.hpp"
+
+namespace idemledger {
+
+// A bound text parameter; nullopt is SQL NULL.
+using Param = std::optional<std::string_view>;
+
+namespace internal {
+
+// The text of one value; `storage` keeps it alive when it is not a view.
+inline Param bind_text(std::string_view v, std::string&) { return v; }
+inline Param bind_text(const std::string& v, std::string&) { return std::string_view(v); }
+inline Param bind_text(const char* v, std::string&) { return std::string_view(v); }
+inline Param bind_text(std::string&& v, std::string& storage) {
+  storage = std::move(v);
+  return std::string_view(storage);
+}
+inline Param bind_text(const Param& v, std::string&) { return v; }
+inline Param bind_text(std::nullopt_t, std::string&) { return std::nullopt; }
+inline Param bind_text(bool v, std::string&) { return v ? "true" : "false"; }
+template <std::integral T>
+requires(!std::same_as<T, bool>) Param bind_text(T v, std::string& storage) {
+  char buffer[24];
+  const auto end = std::to_chars(buffer, buffer + sizeof buffer, v).ptr;
+  storage.assign(buffer, end);
+  return std::string_view(storage);
+}
+inline Param bind_text(const Amount& v, std::string& storage) {
+  storage = v.to_string();
+  return std::string_view(storage);
+}
+inline Param bind_text(absl::Duration v, std::string& storage) {
+  return bind_text(absl::ToInt64Milliseconds(v), storage);
+}
+template <typename T>
+Param bind_text(const std::optional<T>& v, std::string& storage) {
+  if (!v) return std::nullopt;
+  return bind_text(*v, storage);
+}
+
+}  // namespace internal
+
+template <std::size_t N>
+class Params {
+ public:
+  template <typename... Ts>
+  requires(sizeof...(Ts) == N) explicit Params(Ts&&... values) {
+    std::size_t i = 0;
+    ((views_[i] = internal::bind_text(std::forward<Ts>(values), storage_[i]), ++i), ...);
+  }
+  Params(const Params&) = delete;  // views may point into storage_
+  Params& operator=(const Params&) = delete;
+
+  operator std::span<const Param>() const { return views_; }  // NOLINT(google-explicit-constructor)
+  [[nodiscard]] std::span<const Param> span() const { return views_; }
+
+ private:
+  std::array<std::string, N> storage_;
+  std::array<Param, N> views_;
+};
+
+template <typename... Ts>
+Params(Ts&&...) -> Params<sizeof...(Ts)>;
+
+}  // namespace idemledger
+
+#endif  // IDEMLEDGER_CORE_PARAMS_HPP

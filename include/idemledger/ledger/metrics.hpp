@@ -1,0 +1,71 @@
+// idemledger/ledger/metrics.hpp — what the library records about money moving.
+//
+//   idemledger::MetricsRegistry registry;
+//   idemledger::LedgerMetrics metrics(registry);
+//   idemledger::Ledger ledger({.metrics = &metrics});
+//   ... ledger.process_deposit(conn, event) ...
+//   (void)idemledger::refresh_queue_gauges(conn, "idemledger", metrics);
+//   std::string body = registry.render();
+//
+// LedgerMetrics is thread-safe (its instruments are).
+#ifndef IDEMLEDGER_LEDGER_METRICS_HPP
+#define IDEMLEDGER_LEDGER_METRICS_HPP
+
+#include "absl/status/status.h"
+#include "idemledger/core/metrics.hpp"
+#include "idemledger/core/schema.hpp"
+
+namespace idemledger {
+
+class Connection;
+
+// LedgerMetrics
+//
+// The instruments the library records when given one (LedgerOptions,
+// DispatcherOptions, ReconcilerOptions):
+//   idemledger_ledger_outcomes_total{outcome}   applied | duplicate |
+//       insufficient_funds | conflict | error — one per Ledger call
+//   idemledger_apply_duration_seconds           one Ledger call, client side
+//   idemledger_retries_scheduled_total          transient failure -> pending
+//   idemledger_dead_lettered_total{reason}      dead letters written
+//   idemledger_recovered_total                  expired leases -> pending
+//   idemledger_time_to_confirm_seconds          intake record -> final status
+//   idemledger_reconciliation_runs_total{kind,result}
+//   idemledger_queue_events{status}             pending/enqueued/processing now
+//   idemledger_dead_letters_open                DLQ rows nobody resolved yet
+//   idemledger_last_reconciliation_timestamp_seconds
+// The last three are read from the database by refresh_queue_gauges().
+struct LedgerMetrics {
+  explicit LedgerMetrics(MetricsRegistry& registry);
+
+  Counter& applied;
+  Counter& duplicates;
+  Counter& insufficient_funds;
+  Counter& conflicts;
+  Counter& errors;
+  Histogram& apply_duration;
+  Counter& retries_scheduled;
+  Counter& dead_lettered_failed;
+  Counter& dead_lettered_stale;
+  Counter& recovered;
+  Histogram& time_to_confirm;
+  Counter& reconciliations_clean;
+  Counter& reconciliations_with_findings;
+  Gauge& queue_pending;
+  Gauge& queue_enqueued;
+  Gauge& queue_processing;
+  Gauge& dead_letters_open;
+  Gauge& last_reconciliation;
+};
+
+// refresh_queue_gauges()
+//
+// One statement reading queue depth by status, open dead letters and the last
+// reconciliation's finish time into `metrics`; call it before rendering.
+// REQUIRES: migrate() ran for `schema`.
+[[nodiscard]] absl::Status refresh_queue_gauges(Connection& conn, const Schema& schema,
+                                                LedgerMetrics& metrics);
+
+}  // namespace idemledger
+
+#endif  // IDEMLEDGER_LEDGER_METRICS_HPP

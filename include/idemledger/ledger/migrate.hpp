@@ -1,0 +1,51 @@
+// idemledger/ledger/migrate.hpp — versioned schema migrations.
+//
+//   absl::Status s = idemledger::migrate(conn, "idemledger");
+//
+// Creates (or upgrades) the library's tables, indexes and server-side
+// functions in `schema`. Idempotent; safe to run from many processes at once
+// (each run holds a transaction-scoped advisory lock, and all versions are
+// applied in the transaction that records them in schema_migrations).
+//
+// Released migrations are immutable: each version's text is fixed, its
+// checksum is recorded beside it, and migrate() refuses a database whose
+// recorded checksum for a version differs from this library's
+// (kFailedPrecondition naming the version): that database was migrated by a
+// different text under the same number, and nothing later can be trusted to
+// fit it.
+#ifndef IDEMLEDGER_LEDGER_MIGRATE_HPP
+#define IDEMLEDGER_LEDGER_MIGRATE_HPP
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "idemledger/core/schema.hpp"
+
+namespace idemledger {
+
+class Connection;
+
+[[nodiscard]] absl::Status migrate(Connection& conn, const Schema& schema = kDefaultSchema);
+
+// The highest migration version this library knows.
+[[nodiscard]] int latest_schema_version();
+
+// The version recorded in `schema` (0 if never migrated).
+[[nodiscard]] absl::StatusOr<int> current_schema_version(Connection& conn,
+                                                         const Schema& schema = kDefaultSchema);
+
+// One migration as this library ships it.
+struct MigrationInfo {
+  int version;
+  std::string_view name;
+  // SHA-256 (hex) over the migration's statements, length-prefixed.
+  std::string checksum;
+};
+[[nodiscard]] std::vector<MigrationInfo> migration_catalog();
+
+}  // namespace idemledger
+
+#endif  // IDEMLEDGER_LEDGER_MIGRATE_HPP

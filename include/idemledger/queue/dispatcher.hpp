@@ -1,0 +1,184 @@
+// idemledger/queue/dispatcher.hpp — PostgreSQL as the queue: claim, apply, retry, recover.
+//
+// Intake records events as `pending`; workers claim due ones with
+// FOR UPDATE SKIP LOCKED into `enqueued` under a lease, commit, then apply
+// each through the Ledger in its own transaction. No broker can lose a task
+// because there is none: a claim that is never finished (worker killed,
+// hung) expires and is recovered.
+//
+//   idemledger::Dispatcher dispatcher(ledger, {.schema = "idemledger"});
+//   for (;;) {
+//     absl::StatusOr<int> n = dispatcher.run_once(conn);   // claim + process a batch
+//     dispatcher.recover_stale(conn);                      // expired leases -> pending
+//   }
+//
+// Guarantees:
+// - Each event is applied exactly once whatever the number of workers,
+//   crashes or redeliveries (the Ledger's guarantee; the queue only decides
+//   when, never whether twice).
+// - Every claimed event ends confirmed or failed: a retryable failure goes
+//   back to pending with full-jitter backoff (base 1 s, cap 60 s) at most
+//   max_retries times; a permanent one, or exhausted retries, ends failed with
+//   a dead_letter_queue row written in the same transaction. An expired lease
+//   returns the event to pending at most max_recoveries times, then failed +
+//   dead letter + critical alert.
+// - Each event is its own transaction, so one bad event never rolls back
+//   another's work.
+//
+// Dispatcher is thread-safe (configuration only); each call needs a
+// Connection no other thread uses meanwhile.
+#ifndef IDEMLEDGER_QUEUE_DISPATCHER_HPP
+#define IDEMLEDGER_QUEUE_DISPATCHER_HPP
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "idemledger/core/enum_names.hpp"
+#include "idemledger/core/finality.hpp"
+#include "idemledger/core/log.hpp"
+#include "idemledger/core/schema.hpp"
+#include "idemledger/ledger/ledger.hpp"
+#include "idemledger/ledger/metrics.hpp"
+#include "idemledger/queue/dlq.hpp"
+
+namespace idemledger {
+
+class Connection;
+
+struct DispatcherOptions {
+  Schema schema = kDefaultSchema;
+  int batch_size = 32;
+  // How long a claim is exclusive; past it, recover_stale() takes it back.
+  absl::Duration lease = absl::Seconds(30);
+  // Durable retries of transient failures: full jitter in [0, min(cap, base * 2^n)].
+  int max_retries = 5;
+  absl::Duration retry_base = absl::Seconds(1);
+  absl::Duration retry_cap = absl::Seconds(60);
+  // Expired leases tolerated per event before it is failed.
+  int max_recoveries = 10;
+  // Receives critical alerts; nullptr means stderr_alert_sink().
+  AlertSink* alerts = nullptr;
+  // Where a failure goes when the database cannot record it (the session
+  // died): a spooled dead letter. The lease still brings the event back.
+  const DeadLetterQueue* dead_letters = nullptr;
+  // Retries, dead letters, recoveries and time-to-confirm; nullptr records
+  // nothing. (Give the Ledger the same object for outcomes and latency.)
+  LedgerMetrics* metrics = nullptr;
+  // Credits that carry a tx_hash wait until this oracle says their chain
+  // transaction is final (not yet, or the oracle cannot answer: back to
+  // pending for finality_recheck, retry budget untouched; reverted, or any
+  // other permanent answer: failed + dead letter "reverted" / the code's
+  // name). nullptr credits at once.
+  FinalityOracle* finality = nullptr;
+  absl::Duration finality_recheck = absl::Seconds(15);
+  // A credit still not final this long after intake recorded it (a dropped
+  // transaction, a node that never answers) fails with a dead letter
+  // "not_final_in_time" for an operator, instead of waiting forever.
+  absl::Duration finality_deadline = absl::Hours(24);
+  // One structured line per processed event (with intake's trace id) and per
+  // recovery; nullptr logs nothing.
+  LogSink* log = nullptr;
+};
+
+// An event a worker owns until its lease expires.
+struct ClaimedEvent {
+  PaymentEvent event;
+  int retry_count = 0;
+  std::string trace_id;
+  // Since intake recorded it, as the server saw at claim time, and when the
+  // claim returned here: time-to-confirm without comparing two clocks.
+  absl::Duration age_at_claim;
+  absl::Time claimed_at;
+};
+
+// What became of one claimed event.
+enum class Disposition {
+  kApplied,
+  kAlreadyApplied,
+  kInsufficientFunds,
+  kRetryScheduled,  // transient failure: pending again, due after a backoff
+  kFailed,          // permanent failure or retries exhausted: failed + dead letter
+  kNotClaimed,      // the claim was lost meanwhile (lease expired and recovered)
+  kDeferred,        // a credit whose transaction is not final yet: pending again, later
+};
+inline constexpr EnumNames<Disposition, 7> kDispositionNames{{{
+    {Disposition::kApplied, "applied"},
+    {Disposition::kAlreadyApplied, "already_applied"},
+    {Disposition::kInsufficientFunds, "insufficient_funds"},
+    {Disposition::kRetryScheduled, "retry_scheduled"},
+    {Disposition::kFailed, "failed"},
+    {Disposition::kNotClaimed, "not_claimed"},
+    {Disposition::kDeferred, "deferred"},
+}}};
+constexpr const auto& enum_names(Disposition) { return kDispositionNames; }
+
+struct RecoveryReport {
+  int recovered = 0;  // back to pending
+  int failed = 0;     // recoveries exhausted: failed + dead letter
+};
+
+class Dispatcher {
+ public:
+  // REQUIRES: `ledger` outlives the Dispatcher and uses the same schema.
+  Dispatcher(const Ledger& ledger, DispatcherOptions options);
+
+  // claim()
+  //
+  // Claims up to batch_size due pending events (pending -> enqueued, lease
+  // set) and commits before returning them.
+  [[nodiscard]] absl::StatusOr<std::vector<ClaimedEvent>> claim(Connection& conn) const;
+
+  // process()
+  //
+  // Applies one claimed event through the Ledger and records what became of
+  // it. A non-OK status means the outcome could not be recorded (e.g. the
+  // connection died); the lease then brings the event back.
+  [[nodiscard]] absl::StatusOr<Disposition> process(Connection& conn,
+                                                    const ClaimedEvent& claimed) const;
+
+  // run_once()
+  //
+  // claim() then process() each; returns how many events were claimed.
+  [[nodiscard]] absl::StatusOr<int> run_once(Connection& conn) const;
+
+  // listen()
+  //
+  // Subscribes `conn` to the "<schema>_events" notifications intake sends.
+  // Not available behind PgBouncer in transaction mode: poll instead.
+  [[nodiscard]] absl::Status listen(Connection& conn) const;
+
+  // wait_for_work()
+  //
+  // Returns when intake notified new events on a listening `conn`, or after
+  // `max_wait` (the poll fallback); true if a notification arrived.
+  [[nodiscard]] absl::StatusOr<bool> wait_for_work(Connection& conn, absl::Duration max_wait) const;
+
+  // recover_stale()
+  //
+  // Returns expired claims to pending, or fails them (dead letter + critical
+  // alert) once they have been recovered max_recoveries times.
+  [[nodiscard]] absl::StatusOr<RecoveryReport> recover_stale(Connection& conn) const;
+
+ private:
+  absl::StatusOr<Disposition> process_unmeasured(Connection& conn,
+                                                 const ClaimedEvent& claimed) const;
+  void log_disposition(const ClaimedEvent& claimed, Disposition d, std::string_view error) const;
+  // nullopt: go ahead and apply it; otherwise what became of the event instead.
+  absl::StatusOr<std::optional<Disposition>> hold_until_final(Connection& conn,
+                                                              const ClaimedEvent& claimed) const;
+  // Retryable `failure`: a durable retry; otherwise failed + a dead letter
+  // with `reason` (empty: the code's name).
+  absl::StatusOr<Disposition> record_failure(Connection& conn, const ClaimedEvent& claimed,
+                                             const absl::Status& failure,
+                                             std::string_view reason = {}) const;
+
+  const Ledger& ledger_;
+  DispatcherOptions options_;
+};
+
+}  // namespace idemledger
+
+#endif  // IDEMLEDGER_QUEUE_DISPATCHER_HPP

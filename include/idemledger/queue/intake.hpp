@@ -1,0 +1,124 @@
+// idemledger/queue/intake.hpp — accepting provider webhooks: verify, parse, record.
+//
+// Intake only writes the event into PostgreSQL (as `pending`) and answers;
+// workers apply it later (dispatcher.hpp). Nothing is applied here, so a
+// process dying after the answer loses nothing and a redelivery is harmless.
+//
+//   absl::StatusOr<WebhookVerifier> v = WebhookVerifier::create(secret, absl::Minutes(5));
+//   if (absl::Status s = v->verify(raw_body, sig_header, ts_header, absl::Now()); !s.ok())
+//     return 401;                                    // before any parsing
+//   absl::StatusOr<WebhookEvent> e = parse_webhook(raw_body);
+//   if (!e.ok()) return 400;                         // message names the rule
+//   absl::StatusOr<RecordResult> r = record_webhook_event(conn, schema, *e, trace_id, raw_body);
+//   // kAlreadyExists -> 409; kAccepted / kDuplicate / kUnmatchedAddress -> 200
+//
+// Guarantees: the signature is checked over the raw bytes (a re-serialised
+// body fails) in constant time; a secret under 32 bytes refuses to start.
+// Deposits are credited to the owner of `to_address` (deposit_addresses),
+// never to a user id the payload claims; an unknown address is recorded in
+// unmatched_deposits for review and credited to nobody. The same event id
+// with different content is a conflict, never a duplicate.
+//
+// WebhookVerifier is thread-safe after creation; the functions are thread-safe.
+#ifndef IDEMLEDGER_QUEUE_INTAKE_HPP
+#define IDEMLEDGER_QUEUE_INTAKE_HPP
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "idemledger/core/amount.hpp"
+#include "idemledger/core/enum_names.hpp"
+#include "idemledger/core/event_type.hpp"
+#include "idemledger/core/schema.hpp"
+
+namespace idemledger {
+
+class Connection;
+
+inline constexpr std::size_t kMinWebhookSecretLength = 32;
+inline constexpr std::size_t kMaxWebhookBodyLength = std::size_t{64} * 1024;
+inline constexpr std::size_t kMaxAddressLength = 128;
+
+class WebhookVerifier {
+ public:
+  // create()
+  //
+  // kInvalidArgument if `secret` is shorter than 32 bytes. With a non-zero
+  // `timestamp_tolerance` every request must carry a timestamp within that
+  // window of now, and the signature covers "<timestamp>.<body>", so a
+  // captured request cannot be replayed later.
+  [[nodiscard]] static absl::StatusOr<WebhookVerifier> create(
+      std::string secret, absl::Duration timestamp_tolerance = absl::ZeroDuration());
+
+  // verify()
+  //
+  // OK, or kUnauthenticated naming what failed: missing or malformed
+  // signature (lowercase or uppercase hex of HMAC-SHA256, optionally prefixed
+  // "sha256="), mismatch, missing or stale timestamp.
+  [[nodiscard]] absl::Status verify(std::string_view raw_body, std::string_view signature,
+                                    std::string_view timestamp, absl::Time now) const;
+
+  // sign()
+  //
+  // The hex signature verify() expects (for providers' simulators and tests).
+  [[nodiscard]] std::string sign(std::string_view raw_body, std::string_view timestamp = {}) const;
+
+ private:
+  WebhookVerifier(std::string secret, absl::Duration tolerance)
+      : secret_(std::move(secret)), tolerance_(tolerance) {}
+  std::string secret_;
+  absl::Duration tolerance_;
+};
+
+// A webhook as the provider sent it, validated.
+struct WebhookEvent {
+  std::string event_id;
+  EventType type = EventType::kDeposit;
+  Amount amount;
+  std::string to_address;               // credits: where the funds arrived
+  std::string tx_hash;                  // credits, optional: the chain transaction (0x + 64 hex)
+  std::optional<std::int64_t> user_id;  // debits: our own user id
+};
+
+// parse_webhook()
+//
+// Strict JSON: an object of at most 64 KiB, valid UTF-8, no duplicate keys;
+// "event_id" a string of 1..128 bytes; "event_type" one of deposit, airdrop,
+// withdrawal, withdrawal_fee; "amount" a JSON *string* (a number is refused:
+// it may already have been rounded) that Amount::parse accepts; credits need
+// "to_address" (string, 1..128 bytes), debits "user_id" (positive integer);
+// credits may carry "tx_hash" (0x + 64 hex digits) for the finality check.
+// Unknown fields are ignored. kInvalidArgument names the rule broken.
+[[nodiscard]] absl::StatusOr<WebhookEvent> parse_webhook(std::string_view raw_body);
+
+enum class RecordResult {
+  kAccepted,          // new: recorded as pending, workers notified
+  kDuplicate,         // the same event, recorded before: nothing written
+  kUnmatchedAddress,  // a deposit to an address nobody owns: kept for review
+};
+inline constexpr EnumNames<RecordResult, 3> kRecordResultNames{{{
+    {RecordResult::kAccepted, "accepted"},
+    {RecordResult::kDuplicate, "duplicate"},
+    {RecordResult::kUnmatchedAddress, "unmatched_address"},
+}}};
+constexpr const auto& enum_names(RecordResult) { return kRecordResultNames; }
+
+// record_webhook_event()
+//
+// Records `event` as pending (INSERT ... ON CONFLICT (event_id) DO NOTHING)
+// and notifies listening workers, in one transaction. kAlreadyExists if the
+// id is known with different content; kNotFound for a debit of an unknown user.
+// Keyed by the event id: a retry after an in-doubt commit answers kDuplicate.
+[[nodiscard]] absl::StatusOr<RecordResult> record_webhook_event(Connection& conn,
+                                                                const Schema& schema,
+                                                                const WebhookEvent& event,
+                                                                std::string_view trace_id,
+                                                                std::string_view raw_body);
+
+}  // namespace idemledger
+
+#endif  // IDEMLEDGER_QUEUE_INTAKE_HPP

@@ -1,0 +1,76 @@
+#include "idemledger/ledger/metrics.hpp"
+
+#include <array>
+
+#include "idemledger/core/connection.hpp"
+
+namespace idemledger {
+namespace {
+
+constexpr std::string_view kOutcomes = "idemledger_ledger_outcomes_total";
+constexpr std::string_view kOutcomesHelp =
+    "Ledger calls by outcome: applied, duplicate, insufficient_funds, conflict, error.";
+constexpr std::string_view kDeadLettered = "idemledger_dead_lettered_total";
+constexpr std::string_view kDeadLetteredHelp =
+    "Events failed into the dead-letter queue by the dispatcher, by reason.";
+constexpr std::string_view kReconciliations = "idemledger_reconciliation_runs_total";
+constexpr std::string_view kReconciliationsHelp = "Reconciliation runs, by result.";
+constexpr std::string_view kQueue = "idemledger_queue_events";
+constexpr std::string_view kQueueHelp = "Events not yet final, by status (read from the database).";
+}  // namespace
+
+LedgerMetrics::LedgerMetrics(MetricsRegistry& r)
+    : applied(r.counter(kOutcomes, kOutcomesHelp, {{"outcome", "applied"}})),
+      duplicates(r.counter(kOutcomes, kOutcomesHelp, {{"outcome", "duplicate"}})),
+      insufficient_funds(r.counter(kOutcomes, kOutcomesHelp, {{"outcome", "insufficient_funds"}})),
+      conflicts(r.counter(kOutcomes, kOutcomesHelp, {{"outcome", "conflict"}})),
+      errors(r.counter(kOutcomes, kOutcomesHelp, {{"outcome", "error"}})),
+      apply_duration(r.histogram("idemledger_apply_duration_seconds",
+                                 "One Ledger call (one transaction), measured by the client.",
+                                 default_latency_buckets())),
+      retries_scheduled(r.counter("idemledger_retries_scheduled_total",
+                                  "Transient failures sent back to pending with a backoff.")),
+      dead_lettered_failed(r.counter(kDeadLettered, kDeadLetteredHelp, {{"reason", "failed"}})),
+      dead_lettered_stale(
+          r.counter(kDeadLettered, kDeadLetteredHelp, {{"reason", "stale_recoveries_exhausted"}})),
+      recovered(r.counter("idemledger_recovered_total",
+                          "Expired leases returned to pending by recover_stale().")),
+      time_to_confirm(r.histogram("idemledger_time_to_confirm_seconds",
+                                  "From intake recording an event to its final status.",
+                                  default_latency_buckets())),
+      reconciliations_clean(
+          r.counter(kReconciliations, kReconciliationsHelp, {{"result", "clean"}})),
+      reconciliations_with_findings(
+          r.counter(kReconciliations, kReconciliationsHelp, {{"result", "findings"}})),
+      queue_pending(r.gauge(kQueue, kQueueHelp, {{"status", "pending"}})),
+      queue_enqueued(r.gauge(kQueue, kQueueHelp, {{"status", "enqueued"}})),
+      queue_processing(r.gauge(kQueue, kQueueHelp, {{"status", "processing"}})),
+      dead_letters_open(
+          r.gauge("idemledger_dead_letters_open", "Dead letters no operator has resolved yet.")),
+      last_reconciliation(r.gauge("idemledger_last_reconciliation_timestamp_seconds",
+                                  "Unix time the last reconciliation run finished; 0 if none.")) {}
+
+absl::Status refresh_queue_gauges(Connection& conn, const Schema& schema, LedgerMetrics& metrics) {
+  // Each count uses its partial index; terminal rows are never scanned.
+  absl::StatusOr<Result> r = conn.execute(schema.qualify(
+      "SELECT (SELECT count(*) FROM {schema}.payment_events WHERE status = 'pending'), "
+      "(SELECT count(*) FROM {schema}.payment_events WHERE status = 'enqueued'), "
+      "(SELECT count(*) FROM {schema}.payment_events WHERE status = 'processing'), "
+      "(SELECT count(*) FROM {schema}.dead_letter_queue WHERE resolved_at IS NULL), "
+      "(SELECT coalesce(extract(epoch FROM max(finished_at))::bigint, 0) "
+      "FROM {schema}.reconciliation_runs)"));
+  if (!r.ok()) return r.status();
+  absl::StatusOr<Row> row = r->single_row("refresh_queue_gauges");
+  if (!row.ok()) return row.status();
+  const std::array<Gauge*, 5> gauges = {&metrics.queue_pending, &metrics.queue_enqueued,
+                                        &metrics.queue_processing, &metrics.dead_letters_open,
+                                        &metrics.last_reconciliation};
+  for (std::size_t i = 0; i < gauges.size(); ++i) {
+    absl::StatusOr<std::int64_t> v = row->get<std::int64_t>(i);
+    if (!v.ok()) return v.status();
+    gauges[i]->set(*v);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace idemledger

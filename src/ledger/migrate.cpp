@@ -1,0 +1,218 @@
+#include "idemledger/ledger/migrate.hpp"
+
+#include <fmt/format.h>
+
+#include <string>
+#include <vector>
+
+#include "idemledger/core/connection.hpp"
+#include "idemledger/core/event_status.hpp"
+#include "idemledger/ledger/idempotency_key.hpp"
+#include "src/core/internal/absl_compat.hpp"
+#include "src/ledger/internal/ddl_lock.hpp"
+
+namespace idemledger {
+namespace {
+
+// Each migration is its own file and is never edited once released; a change
+// to a function is a new migration that replaces it. migration_catalog()
+// checksums each, and a test pins those checksums.
+struct Migration {
+  int version;
+  std::string_view name;
+  std::vector<std::string_view> statements;
+};
+
+const std::vector<Migration>& migrations() {
+  static const std::vector<Migration> all = {
+      {1,
+       "ledger",
+       {
+#include "src/ledger/migrations/0001_ledger.inc"
+       }},
+      {2,
+       "dispatch",
+       {
+#include "src/ledger/migrations/0002_dispatch.inc"
+       }},
+      {3,
+       "operations",
+       {
+#include "src/ledger/migrations/0003_operations.inc"
+       }},
+      {4,
+       "replay_and_metrics",
+       {
+#include "src/ledger/migrations/0004_replay_and_metrics.inc"
+       }},
+      {5,
+       "partitioning",
+       {
+#include "src/ledger/migrations/0005_partitioning.inc"
+       }},
+      {6,
+       "circuit_breaker",
+       {
+#include "src/ledger/migrations/0006_circuit_breaker.inc"
+       }},
+      {7,
+       "finality",
+       {
+#include "src/ledger/migrations/0007_finality.inc"
+       }},
+      {8,
+       "relay",
+       {
+#include "src/ledger/migrations/0008_relay.inc"
+       }},
+      {9,
+       "dead_letter_append",
+       {
+#include "src/ledger/migrations/0009_dead_letter_append.inc"
+       }},
+  };
+  return all;
+}
+
+std::string checksum(const Migration& m) { return idempotency_key(m.statements); }
+
+absl::Status check(const absl::StatusOr<Result>& r, std::string_view what) {
+  if (r.ok()) return absl::OkStatus();
+  return absl::Status(r.status().code(),
+                      fmt::format("migrate: {}: {}", what, r.status().message()));
+}
+
+// Keeps the database's copy of the FSM equal to kValidTransitions plus
+// kOperatorTransitions (marked operator_only), on every run.
+absl::Status sync_transitions(Connection& conn, const Schema& schema) {
+  std::string from = "{", to = "{", operator_only = "{";
+  const auto add = [&](EventStatus f, EventStatus t, bool by_operator) {
+    const char* sep = from.size() > 1 ? "," : "";
+    fmt::format_to(std::back_inserter(from), "{}{}", sep, to_string(f));
+    fmt::format_to(std::back_inserter(to), "{}{}", sep, to_string(t));
+    fmt::format_to(std::back_inserter(operator_only), "{}{}", sep, by_operator);
+  };
+  for (const auto& [f, t] : kValidTransitions) add(f, t, false);
+  for (const auto& [f, t] : kOperatorTransitions) add(f, t, true);
+  from += "}";
+  to += "}";
+  operator_only += "}";
+  if (absl::Status s = check(conn.execute(schema.qualify("DELETE FROM {schema}.event_transitions")),
+                             "clear event_transitions");
+      !s.ok()) {
+    return s;
+  }
+  return check(conn.execute(schema.qualify("INSERT INTO {schema}.event_transitions "
+                                           "(from_status, to_status, operator_only) "
+                                           "SELECT * FROM unnest($1::text[], $2::text[], "
+                                           "$3::boolean[])"),
+                            Params(from, to, operator_only)),
+               "fill event_transitions");
+}
+
+// Refuses a database whose recorded text of a version is not this library's;
+// fills in checksums of versions applied before they were recorded.
+absl::Status verify_checksums(Connection& conn, const Schema& schema, int current) {
+  absl::StatusOr<Result> recorded = conn.execute(
+      schema.qualify("SELECT version, checksum FROM {schema}.schema_migrations ORDER BY version"));
+  if (absl::Status s = check(recorded, "read checksums"); !s.ok()) return s;
+  for (std::size_t i = 0; i < recorded->rows.size(); ++i) {
+    const Row row = recorded->row(i);
+    absl::StatusOr<int> version = row.get<int>(0);
+    absl::StatusOr<std::optional<std::string>> sum = row.get_optional<std::string>(1);
+    if (!version.ok()) return version.status();
+    if (!sum.ok()) return sum.status();
+    if (*version < 1 || *version > current || *version > latest_schema_version()) continue;
+    const std::string expected = checksum(migrations()[static_cast<std::size_t>(*version - 1)]);
+    if (!*sum) {
+      if (absl::Status s = check(conn.execute(schema.qualify("UPDATE {schema}.schema_migrations "
+                                                             "SET checksum = $2 WHERE version = "
+                                                             "$1::int"),
+                                              Params(*version, expected)),
+                                 "record checksum");
+          !s.ok()) {
+        return s;
+      }
+    } else if (**sum != expected) {
+      return absl::FailedPreconditionError(fmt::format(
+          "migrate: schema {} recorded migration {} with checksum {}, but this library's "
+          "migration {} has checksum {}: the database was migrated by another text under the "
+          "same number; refusing to build on it",
+          schema.name(), *version, **sum, *version, expected));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int latest_schema_version() { return migrations().back().version; }
+
+std::vector<MigrationInfo> migration_catalog() {
+  std::vector<MigrationInfo> out;
+  out.reserve(migrations().size());
+  for (const Migration& m : migrations()) {
+    out.push_back({.version = m.version, .name = m.name, .checksum = checksum(m)});
+  }
+  return out;
+}
+
+absl::StatusOr<int> current_schema_version(Connection& conn, const Schema& schema) {
+  absl::StatusOr<Result> exists =
+      conn.execute("SELECT to_regclass($1) IS NOT NULL",
+                   Params(fmt::format("{}.schema_migrations", schema.name())));
+  if (!exists.ok()) return exists.status();
+  absl::StatusOr<bool> found = read_single<bool>(*exists, "to_regclass");
+  if (!found.ok()) return found.status();
+  if (!*found) return 0;
+  absl::StatusOr<Result> r = conn.execute(
+      schema.qualify("SELECT coalesce(max(version), 0) FROM {schema}.schema_migrations"));
+  if (!r.ok()) return r.status();
+  return read_single<int>(*r, "schema version");
+}
+
+absl::Status migrate(Connection& conn, const Schema& schema) {
+  absl::StatusOr<Transaction> tx = Transaction::begin(conn);
+  if (!tx.ok()) return tx.status();
+  if (absl::Status s = internal::lock_schema_ddl(conn, schema); !s.ok()) {
+    return absl::Status(s.code(), fmt::format("migrate: advisory lock: {}", s.message()));
+  }
+  for (std::string_view ddl :
+       {std::string_view("CREATE SCHEMA IF NOT EXISTS {schema}"),
+        std::string_view(
+            "CREATE TABLE IF NOT EXISTS {schema}.schema_migrations ("
+            "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"),
+        std::string_view(
+            "ALTER TABLE {schema}.schema_migrations ADD COLUMN IF NOT EXISTS checksum text")}) {
+    if (absl::Status s = check(conn.execute(schema.qualify(ddl)), "bootstrap"); !s.ok()) return s;
+  }
+  absl::StatusOr<int> current = current_schema_version(conn, schema);
+  if (!current.ok()) return current.status();
+  if (*current > latest_schema_version()) {
+    return absl::FailedPreconditionError(
+        fmt::format("migrate: schema {} is at version {}, newer than this library's {}",
+                    schema.name(), *current, latest_schema_version()));
+  }
+  if (absl::Status s = verify_checksums(conn, schema, *current); !s.ok()) return s;
+  for (const Migration& m : migrations()) {
+    if (m.version <= *current) continue;
+    for (std::string_view statement : m.statements) {
+      if (absl::Status s =
+              check(conn.execute(schema.qualify(statement)), fmt::format("version {}", m.version));
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (absl::Status s = check(conn.execute(schema.qualify("INSERT INTO {schema}.schema_migrations "
+                                                           "(version, checksum) VALUES ($1, $2)"),
+                                            Params(m.version, checksum(m))),
+                               "record version");
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (absl::Status s = sync_transitions(conn, schema); !s.ok()) return s;
+  return tx->commit();
+}
+
+}  // namespace idemledger

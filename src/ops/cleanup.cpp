@@ -1,0 +1,49 @@
+#include "idemledger/ops/cleanup.hpp"
+
+#include <fmt/format.h>
+
+#include "absl/time/clock.h"
+#include "idemledger/core/connection.hpp"
+
+namespace idemledger {
+
+absl::StatusOr<CleanupReport> cleanup_idempotency_records(Connection& conn,
+                                                          const CleanupOptions& options) {
+  if (options.ttl < kMinIdempotencyTtl || options.batch_size < 1) {
+    return absl::InvalidArgumentError(
+        fmt::format("cleanup: ttl must be at least {} and batch_size at least 1, got {} and {}",
+                    absl::FormatDuration(kMinIdempotencyTtl), absl::FormatDuration(options.ttl),
+                    options.batch_size));
+  }
+  const std::string sql = options.schema.qualify(
+      "WITH victims AS ("
+      "  SELECT p.idempotency_key FROM {schema}.processed_events p"
+      "   WHERE p.outcome IN ('success', 'insufficient_funds')"
+      "     AND p.created_at < now() - $1::bigint * interval '1 millisecond'"
+      "   ORDER BY p.created_at LIMIT $2::bigint"
+      "   FOR UPDATE SKIP LOCKED) "
+      "DELETE FROM {schema}.processed_events d USING victims v "
+      "WHERE d.idempotency_key = v.idempotency_key");
+  CleanupReport report;
+  // Partitioned: whole months past the TTL go at once; the batches below then
+  // find only the younger rows.
+  absl::StatusOr<Result> dropped = conn.execute(
+      options.schema.qualify("SELECT {schema}.drop_expired_idempotency_partitions($1::bigint)"),
+      Params(options.ttl));
+  if (!dropped.ok()) return dropped.status();
+  absl::StatusOr<std::int64_t> months = read_single<std::int64_t>(*dropped, "drop partitions");
+  if (!months.ok()) return months.status();
+  report.partitions_dropped = *months;
+  for (;;) {
+    absl::StatusOr<Result> r = conn.execute(sql, Params(options.ttl, options.batch_size));
+    if (!r.ok()) return r.status();
+    ++report.batches;
+    report.deleted += r->affected_rows;
+    if (r->affected_rows < options.batch_size) break;
+    if (options.max_batches > 0 && report.batches >= options.max_batches) break;
+    absl::SleepFor(options.pause);
+  }
+  return report;
+}
+
+}  // namespace idemledger

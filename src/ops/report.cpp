@@ -1,0 +1,65 @@
+#include "idemledger/ops/report.hpp"
+
+#include <algorithm>
+
+#include "idemledger/core/connection.hpp"
+
+namespace idemledger {
+
+absl::StatusOr<StatusReport> status_report(Connection& conn, const MonitorOptions& options) {
+  StatusReport report;
+  absl::StatusOr<Result> by_status = conn.execute(options.schema.qualify(
+      "SELECT status, count(*), min(updated_at) FROM {schema}.payment_events GROUP BY status"));
+  if (!by_status.ok()) return by_status.status();
+  for (std::size_t i = 0; i < by_status->rows.size(); ++i) {
+    const Row row = by_status->row(i);
+    auto read = row.read<EventStatus, std::int64_t, absl::Time>();
+    if (!read.ok()) return read.status();
+    auto& [status, events, oldest] = *read;
+    report.by_status.push_back({.status = status, .events = events, .oldest_update = oldest});
+  }
+  std::sort(report.by_status.begin(), report.by_status.end(),
+            [](const QueueStatusRow& a, const QueueStatusRow& b) { return a.status < b.status; });
+
+  absl::StatusOr<Result> totals = conn.execute(options.schema.qualify(
+      "SELECT (SELECT count(*) FROM {schema}.dead_letter_queue WHERE resolved_at IS NULL), "
+      "(SELECT max(finished_at) FROM {schema}.reconciliation_runs)"));
+  if (!totals.ok()) return totals.status();
+  absl::StatusOr<Row> row = totals->single_row("status totals");
+  if (!row.ok()) return row.status();
+  absl::StatusOr<std::int64_t> open = row->get<std::int64_t>(0);
+  absl::StatusOr<std::optional<absl::Time>> last = row->get_optional<absl::Time>(1);
+  if (!open.ok()) return open.status();
+  if (!last.ok()) return last.status();
+  report.open_dead_letters = *open;
+  report.last_reconciliation = *last;
+
+  absl::StatusOr<HealthReport> health = check_health(conn, options);
+  if (!health.ok()) return health.status();
+  report.health = *health;
+  return report;
+}
+
+absl::StatusOr<std::vector<StatsRow>> ledger_stats(Connection& conn, const Schema& schema) {
+  absl::StatusOr<Result> r = conn.execute(schema.qualify(
+      "SELECT 'event ' || event_type || ' ' || status, count(*), sum(amount) "
+      "FROM {schema}.payment_events GROUP BY 1 "
+      "UNION ALL SELECT 'outcome ' || outcome, count(*), NULL FROM {schema}.processed_events "
+      "GROUP BY 1 "
+      "UNION ALL SELECT 'ledger entries', count(*), coalesce(sum(amount), 0) "
+      "FROM {schema}.balance_events "
+      "UNION ALL SELECT 'users', count(*), coalesce(sum(balance), 0) FROM {schema}.users "
+      "ORDER BY 1"));
+  if (!r.ok()) return r.status();
+  std::vector<StatsRow> rows;
+  for (std::size_t i = 0; i < r->rows.size(); ++i) {
+    const Row row = r->row(i);
+    auto read = row.read<std::string, std::int64_t, std::optional<Amount>>();
+    if (!read.ok()) return read.status();
+    auto& [what, count, total] = *read;
+    rows.push_back({.what = std::move(what), .count = count, .total = total});
+  }
+  return rows;
+}
+
+}  // namespace idemledger

@@ -1,0 +1,247 @@
+#include "idemledger/queue/dispatcher.hpp"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <cctype>
+#include <span>
+
+#include "idemledger/core/connection.hpp"
+#include "idemledger/core/retry.hpp"
+#include "idemledger/core/status.hpp"
+#include "src/core/internal/absl_compat.hpp"
+
+namespace idemledger {
+namespace {
+
+// Reason recorded in the dead letter for a permanent failure: the code's name.
+std::string reason_for(const absl::Status& failure) {
+  std::string name = absl::StatusCodeToString(failure.code());
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return name;
+}
+
+}  // namespace
+
+Dispatcher::Dispatcher(const Ledger& ledger, DispatcherOptions options)
+    : ledger_(ledger), options_(std::move(options)) {}
+
+absl::StatusOr<std::vector<ClaimedEvent>> Dispatcher::claim(Connection& conn) const {
+  absl::StatusOr<Result> r = conn.execute(
+      options_.schema.qualify("SELECT * FROM {schema}.claim_events($1::int, $2::bigint)"),
+      Params(options_.batch_size, options_.lease));
+  if (!r.ok()) return r.status();
+  const absl::Time now = absl::Now();
+  std::vector<ClaimedEvent> claimed;
+  claimed.reserve(r->rows.size());
+  for (std::size_t i = 0; i < r->rows.size(); ++i) {
+    const Row row = r->row(i);
+    auto read = row.read<std::string, std::int64_t, Amount, EventType, int,
+                         std::optional<std::string>, std::int64_t>();
+    if (!read.ok())
+      return read.status();  // The claim committed: these events come back after their lease.
+    auto& [id, user, amount, type, retries, trace, age_us] = *read;
+    claimed.push_back(
+        {.event = {.event_id = std::move(id), .type = type, .user_id = user, .amount = amount},
+         .retry_count = retries,
+         .trace_id = trace.value_or(""),
+         .age_at_claim = absl::Microseconds(age_us),
+         .claimed_at = now});
+  }
+  return claimed;
+}
+
+absl::StatusOr<Disposition> Dispatcher::process(Connection& conn,
+                                                const ClaimedEvent& claimed) const {
+  absl::StatusOr<Disposition> d = process_unmeasured(conn, claimed);
+  if (d.ok() && (*d == Disposition::kApplied || *d == Disposition::kAlreadyApplied ||
+                 *d == Disposition::kInsufficientFunds)) {
+    log_disposition(claimed, *d, "");  // failures are logged with their error where recorded
+  }
+  if (options_.metrics == nullptr || !d.ok()) return d;
+  LedgerMetrics& m = *options_.metrics;
+  // Final now (kAlreadyApplied was final before this claim; the Ledger counts it).
+  if (*d == Disposition::kApplied || *d == Disposition::kInsufficientFunds ||
+      *d == Disposition::kFailed) {
+    m.time_to_confirm.observe(claimed.age_at_claim + (absl::Now() - claimed.claimed_at));
+  }
+  if (*d == Disposition::kFailed) m.dead_lettered_failed.increment();
+  if (*d == Disposition::kRetryScheduled) m.retries_scheduled.increment();
+  return d;
+}
+
+absl::StatusOr<Disposition> Dispatcher::process_unmeasured(Connection& conn,
+                                                           const ClaimedEvent& claimed) const {
+  if (options_.finality != nullptr && is_credit(claimed.event.type)) {
+    absl::StatusOr<std::optional<Disposition>> held = hold_until_final(conn, claimed);
+    if (!held.ok()) return held.status();
+    if (*held) return **held;
+  }
+  absl::StatusOr<Outcome> outcome = ledger_.process_event(conn, claimed.event);
+  if (!outcome.ok()) return record_failure(conn, claimed, outcome.status());
+  switch (*outcome) {
+    case Outcome::kApplied:
+      return Disposition::kApplied;
+    case Outcome::kAlreadyApplied:
+      return Disposition::kAlreadyApplied;
+    case Outcome::kInsufficientFunds:
+      return Disposition::kInsufficientFunds;
+  }
+  return absl::InternalError("unknown ledger outcome");
+}
+
+absl::StatusOr<std::optional<Disposition>> Dispatcher::hold_until_final(
+    Connection& conn, const ClaimedEvent& claimed) const {
+  const std::string& id = claimed.event.event_id;
+  absl::StatusOr<Result> r = conn.execute(
+      options_.schema.qualify("SELECT tx_hash FROM {schema}.payment_events WHERE event_id = $1"),
+      Params(id));
+  if (!r.ok()) return r.status();
+  if (r->rows.empty()) return std::nullopt;
+  absl::StatusOr<std::optional<std::string>> hash = r->row(0).get_optional<std::string>(0);
+  if (!hash.ok()) return hash.status();
+  if (!*hash) return std::nullopt;  // nothing to wait for
+  absl::StatusOr<bool> final = options_.finality->is_finalized(**hash);
+  if (final.ok() && *final) return std::nullopt;
+  // A permanent answer (reverted, or a hash no node will ever know) ends it
+  // the way any permanent failure ends, and so does the deadline; anything
+  // else only delays it.
+  if (!final.ok() && !is_retryable(final.status())) {
+    const bool reverted = final.status().code() == absl::StatusCode::kFailedPrecondition;
+    return record_failure(conn, claimed, final.status(), reverted ? "reverted" : "");
+  }
+  if (claimed.age_at_claim >= options_.finality_deadline) {
+    return record_failure(
+        conn, claimed,
+        absl::FailedPreconditionError(
+            fmt::format("not final {} after intake{}", absl::FormatDuration(claimed.age_at_claim),
+                        final.ok() ? "" : fmt::format(" ({})", final.status().message()))),
+        "not_final_in_time");
+  }
+  absl::StatusOr<Result> deferred =
+      conn.execute(options_.schema.qualify("SELECT {schema}.defer_event($1, $2::bigint)"),
+                   Params(id, options_.finality_recheck));
+  if (!deferred.ok()) return deferred.status();
+  absl::StatusOr<Disposition> d = read_single<Disposition>(*deferred, "defer_event");
+  if (!d.ok()) return d.status();
+  log_disposition(claimed, *d, final.ok() ? "" : internal::to_std(final.status().message()));
+  return *d;
+}
+
+absl::StatusOr<Disposition> Dispatcher::record_failure(Connection& conn,
+                                                       const ClaimedEvent& claimed,
+                                                       const absl::Status& failure,
+                                                       std::string_view reason) const {
+  const std::string error = failure.ToString();
+  absl::StatusOr<Result> r;
+  if (is_retryable(failure)) {
+    const RetryPolicy backoff{.max_attempts = options_.max_retries + 1,
+                              .base_delay = options_.retry_base,
+                              .max_delay = options_.retry_cap};
+    r = conn.execute(
+        options_.schema.qualify("SELECT {schema}.retry_event($1, $2, $3::bigint, $4::int)"),
+        Params(claimed.event.event_id, error, full_jitter_backoff(backoff, claimed.retry_count),
+               options_.max_retries));
+  } else {
+    r = conn.execute(options_.schema.qualify("SELECT {schema}.fail_event($1, $2, $3)"),
+                     Params(claimed.event.event_id,
+                            reason.empty() ? reason_for(failure) : std::string(reason), error));
+  }
+  if (!r.ok()) {
+    emit_log(options_.log, LogLevel::kError, "event failure not recorded; its lease brings it back",
+             claimed.trace_id, claimed.event.event_id,
+             {{"error", error}, {"recording_error", r.status().ToString()}});
+    if (options_.dead_letters != nullptr) {
+      const PaymentEvent& e = claimed.event;
+      (void)options_.dead_letters->spool(
+          {.event_id = e.event_id,
+           .event_type = std::string(to_string(e.type)),
+           .user_id = e.user_id,
+           .amount = e.amount.to_string(),
+           .reason = "failure_unrecorded",
+           .error = fmt::format("{}; recording it failed: {}", error, r.status().ToString()),
+           .trace_id = claimed.trace_id});
+    }
+    return r.status();
+  }
+  // retry_event / fail_event answer retry_scheduled | failed | not_claimed.
+  absl::StatusOr<Disposition> d = read_single<Disposition>(*r, "record failure");
+  if (!d.ok()) return d.status();
+  log_disposition(claimed, *d, error);
+  return *d;
+}
+
+void Dispatcher::log_disposition(const ClaimedEvent& claimed, Disposition d,
+                                 std::string_view error) const {
+  if (options_.log == nullptr) return;
+  const LogLevel level = d == Disposition::kFailed ? LogLevel::kError
+                         : d == Disposition::kRetryScheduled || d == Disposition::kNotClaimed
+                             ? LogLevel::kWarning
+                             : LogLevel::kInfo;  // incl. kDeferred: waiting is normal
+  const std::string amount = claimed.event.amount.to_string();
+  const std::array<LogField, 6> fields = {{{"event_type", to_string(claimed.event.type)},
+                                           {"user_id", claimed.event.user_id},
+                                           {"amount", amount},
+                                           {"result", to_string(d)},
+                                           {"retry_count", std::int64_t{claimed.retry_count}},
+                                           {"error", error}}};
+  // The error field (last) only when there is one.
+  emit_log(options_.log, level, "event", claimed.trace_id, claimed.event.event_id,
+           std::span<const LogField>(fields).first(error.empty() ? 5 : 6));
+}
+
+absl::StatusOr<int> Dispatcher::run_once(Connection& conn) const {
+  absl::StatusOr<std::vector<ClaimedEvent>> batch = claim(conn);
+  if (!batch.ok()) return batch.status();
+  for (const ClaimedEvent& c : *batch) {
+    // A failure to record one outcome leaves that event to its lease; the
+    // rest of the batch still gets its turn unless the session is gone.
+    absl::StatusOr<Disposition> d = process(conn, c);
+    if (!d.ok() && connection_broken(d.status())) return d.status();
+  }
+  return static_cast<int>(batch->size());
+}
+
+absl::Status Dispatcher::listen(Connection& conn) const {
+  return conn.execute(options_.schema.qualify("LISTEN {schema}_events")).status();
+}
+
+absl::StatusOr<bool> Dispatcher::wait_for_work(Connection& conn, absl::Duration max_wait) const {
+  return conn.wait_for_notification(max_wait);
+}
+
+absl::StatusOr<RecoveryReport> Dispatcher::recover_stale(Connection& conn) const {
+  absl::StatusOr<Result> r = conn.execute(
+      options_.schema.qualify("SELECT * FROM {schema}.recover_stale_events($1::int, $2::int)"),
+      Params(options_.max_recoveries, options_.batch_size));
+  if (!r.ok()) return r.status();
+  RecoveryReport report;
+  AlertSink& sink = alert_sink_or_default(options_.alerts);
+  for (std::size_t i = 0; i < r->rows.size(); ++i) {
+    absl::StatusOr<std::string> id_or = r->row(i).get<std::string>(0);
+    absl::StatusOr<std::string> result = r->row(i).get<std::string>(1);
+    if (!id_or.ok()) return id_or.status();
+    if (!result.ok()) return result.status();
+    const std::string& id = *id_or;
+    if (*result == "recovered") {
+      ++report.recovered;
+      emit_log(options_.log, LogLevel::kWarning, "lease expired; event back to pending", "", id);
+      continue;
+    }
+    ++report.failed;
+    emit_log(options_.log, LogLevel::kError, "lease expired too often; event failed", "", id,
+             {{"reason", "stale_recoveries_exhausted"}});
+    const std::string key = "stale_recoveries_exhausted:" + id;
+    const std::string message = fmt::format(
+        "event {} failed: its lease expired {} times (workers died or hung); see dead_letter_queue",
+        id, options_.max_recoveries + 1);
+    sink.alert({.severity = AlertSeverity::kCritical, .key = key, .message = message});
+  }
+  if (options_.metrics != nullptr) {
+    options_.metrics->recovered.increment(static_cast<std::uint64_t>(report.recovered));
+    options_.metrics->dead_lettered_stale.increment(static_cast<std::uint64_t>(report.failed));
+  }
+  return report;
+}
+
+}  // namespace idemledger

@@ -1,0 +1,244 @@
+#include "idemledger/queue/intake.hpp"
+
+#include <fmt/format.h>
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+
+#include <array>
+#include <charconv>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "idemledger/core/connection.hpp"
+#include "idemledger/core/status.hpp"
+#include "idemledger/ledger/ledger.hpp"
+#include "src/core/internal/absl_compat.hpp"
+#include "src/core/internal/text.hpp"
+#include "src/ledger/internal/sqlstates.hpp"
+
+namespace idemledger {
+namespace {
+
+using Digest = std::array<unsigned char, 32>;
+
+struct MacDeleter {
+  void operator()(EVP_MAC* m) const { EVP_MAC_free(m); }
+};
+struct MacCtxDeleter {
+  void operator()(EVP_MAC_CTX* c) const { EVP_MAC_CTX_free(c); }
+};
+
+// HMAC-SHA256 over the concatenation of `parts`, streamed (no copy of the body).
+Digest hmac_sha256(std::string_view key, std::initializer_list<std::string_view> parts) {
+  static const std::unique_ptr<EVP_MAC, MacDeleter> mac(EVP_MAC_fetch(nullptr, "HMAC", nullptr));
+  std::unique_ptr<EVP_MAC_CTX, MacCtxDeleter> ctx(EVP_MAC_CTX_new(mac.get()));
+  char digest_name[] = "SHA256";
+  const OSSL_PARAM params[] = {
+      OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest_name, 0),
+      OSSL_PARAM_construct_end()};
+  Digest out{};
+  std::size_t length = 0;
+  EVP_MAC_init(ctx.get(), reinterpret_cast<const unsigned char*>(key.data()), key.size(), params);
+  for (std::string_view part : parts) {
+    EVP_MAC_update(ctx.get(), reinterpret_cast<const unsigned char*>(part.data()), part.size());
+  }
+  EVP_MAC_final(ctx.get(), out.data(), &length, out.size());
+  return out;
+}
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+absl::Status unauthenticated(std::string_view rule) {
+  return absl::UnauthenticatedError(fmt::format("webhook signature: {}", rule));
+}
+
+absl::Status bad_payload(std::string_view rule) {
+  return absl::InvalidArgumentError(fmt::format("webhook payload: {}", rule));
+}
+
+// Rejects duplicate keys while parsing: with duplicates, what the signer
+// meant and what we read could differ.
+class DuplicateKeyGuard {
+ public:
+  bool operator()(int /*depth*/, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    if (event == E::object_start) keys_.emplace_back();
+    if (event == E::object_end && !keys_.empty()) keys_.pop_back();
+    if (event == E::key && !keys_.empty()) {
+      const std::string& key = parsed.get_ref<const std::string&>();
+      for (const std::string& seen : keys_.back()) {
+        if (seen == key) duplicate_ = key;
+      }
+      keys_.back().push_back(key);
+    }
+    return true;
+  }
+  const std::optional<std::string>& duplicate() const { return duplicate_; }
+
+ private:
+  std::vector<std::vector<std::string>> keys_;
+  std::optional<std::string> duplicate_;
+};
+
+absl::StatusOr<std::string> bounded_string(const nlohmann::json& body, const char* field,
+                                           std::size_t max) {
+  const auto it = body.find(field);
+  if (it == body.end()) return bad_payload(fmt::format("\"{}\" is required", field));
+  if (!it->is_string()) return bad_payload(fmt::format("\"{}\" must be a JSON string", field));
+  const std::string& value = it->get_ref<const std::string&>();
+  if (value.empty() || value.size() > max || value.find('\0') != std::string::npos) {
+    return bad_payload(fmt::format("\"{}\" must be 1..{} bytes without NUL", field, max));
+  }
+  return value;
+}
+
+}  // namespace
+
+absl::StatusOr<WebhookVerifier> WebhookVerifier::create(std::string secret,
+                                                        absl::Duration timestamp_tolerance) {
+  if (secret.size() < kMinWebhookSecretLength) {
+    return absl::InvalidArgumentError(
+        fmt::format("webhook secret must be at least {} bytes, got {}", kMinWebhookSecretLength,
+                    secret.size()));
+  }
+  return WebhookVerifier(std::move(secret), timestamp_tolerance);
+}
+
+std::string WebhookVerifier::sign(std::string_view raw_body, std::string_view timestamp) const {
+  const Digest d = timestamp.empty() ? hmac_sha256(secret_, {raw_body})
+                                     : hmac_sha256(secret_, {timestamp, ".", raw_body});
+  return internal::to_hex(d);
+}
+
+absl::Status WebhookVerifier::verify(std::string_view raw_body, std::string_view signature,
+                                     std::string_view timestamp, absl::Time now) const {
+  if (signature.starts_with("sha256=")) signature.remove_prefix(7);
+  if (signature.empty()) return unauthenticated("missing");
+  Digest claimed{};
+  if (signature.size() != 2 * claimed.size())
+    return unauthenticated("must be 64 hex digits of HMAC-SHA256");
+  for (std::size_t i = 0; i < claimed.size(); ++i) {
+    const int hi = hex_value(signature[2 * i]), lo = hex_value(signature[2 * i + 1]);
+    if (hi < 0 || lo < 0) return unauthenticated("must be 64 hex digits of HMAC-SHA256");
+    claimed[i] = static_cast<unsigned char>(hi << 4 | lo);
+  }
+  Digest expected{};
+  if (tolerance_ > absl::ZeroDuration()) {
+    std::int64_t seconds = 0;
+    const auto [end, ec] =
+        std::from_chars(timestamp.data(), timestamp.data() + timestamp.size(), seconds);
+    if (timestamp.empty() || ec != std::errc() || end != timestamp.data() + timestamp.size()) {
+      return unauthenticated("timestamp missing or not unix seconds");
+    }
+    if (absl::AbsDuration(now - absl::FromUnixSeconds(seconds)) > tolerance_) {
+      return unauthenticated(
+          fmt::format("timestamp outside the {} tolerance window (replayed capture?)",
+                      absl::FormatDuration(tolerance_)));
+    }
+    expected = hmac_sha256(secret_, {timestamp, ".", raw_body});
+  } else {
+    expected = hmac_sha256(secret_, {raw_body});
+  }
+  // Constant time: how much of the signature matched must not leak.
+  if (CRYPTO_memcmp(expected.data(), claimed.data(), expected.size()) != 0)
+    return unauthenticated("mismatch");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<WebhookEvent> parse_webhook(std::string_view raw_body) {
+  if (raw_body.size() > kMaxWebhookBodyLength) {
+    return bad_payload(fmt::format("body must be at most {} bytes", kMaxWebhookBodyLength));
+  }
+  if (!internal::is_valid_utf8(raw_body)) return bad_payload("body must be valid UTF-8");
+  DuplicateKeyGuard guard;
+  nlohmann::json body;
+  try {
+    body = nlohmann::json::parse(raw_body, std::ref(guard), /*allow_exceptions=*/false);
+  } catch (
+      const std::exception&) {  // nlohmann may still throw from deep inside; never across our API
+    return bad_payload("body must be one JSON object");
+  }
+  if (body.is_discarded()) return bad_payload("body must be one well-formed JSON object");
+  if (guard.duplicate())
+    return bad_payload(fmt::format("duplicate key \"{}\"", *guard.duplicate()));
+  if (!body.is_object()) return bad_payload("body must be a JSON object");
+
+  WebhookEvent event;
+  absl::StatusOr<std::string> id = bounded_string(body, "event_id", kMaxEventIdLength);
+  if (!id.ok()) return id.status();
+  event.event_id = *std::move(id);
+
+  absl::StatusOr<std::string> type = bounded_string(body, "event_type", 32);
+  if (!type.ok()) return type.status();
+  const std::optional<EventType> parsed_type = parse_event_type(*type);
+  if (!parsed_type || *parsed_type == EventType::kReorgCompensation) {
+    return bad_payload(
+        "\"event_type\" must be one of deposit, airdrop, withdrawal, withdrawal_fee");
+  }
+  event.type = *parsed_type;
+
+  const auto amount_field = body.find("amount");
+  if (amount_field == body.end()) return bad_payload("\"amount\" is required");
+  if (amount_field->is_number()) {
+    return bad_payload(
+        "\"amount\" must be a JSON string, not a number (a number may already be rounded)");
+  }
+  if (!amount_field->is_string()) return bad_payload("\"amount\" must be a JSON string");
+  absl::StatusOr<Amount> amount = Amount::parse(amount_field->get_ref<const std::string&>());
+  if (!amount.ok()) return bad_payload(fmt::format("\"amount\": {}", amount.status().message()));
+  event.amount = *amount;
+
+  if (is_credit(event.type)) {
+    absl::StatusOr<std::string> address = bounded_string(body, "to_address", kMaxAddressLength);
+    if (!address.ok()) return address.status();
+    event.to_address = *std::move(address);
+    if (const auto hash = body.find("tx_hash"); hash != body.end()) {
+      if (!hash->is_string() || !internal::is_tx_hash(hash->get_ref<const std::string&>())) {
+        return bad_payload("\"tx_hash\" must be a string of 0x and 64 hex digits");
+      }
+      event.tx_hash = hash->get<std::string>();
+    }
+  } else {
+    const auto user = body.find("user_id");
+    if (user == body.end() || !user->is_number_integer() || user->get<std::int64_t>() <= 0) {
+      return bad_payload("\"user_id\" must be a positive integer for withdrawals");
+    }
+    event.user_id = user->get<std::int64_t>();
+  }
+  return event;
+}
+
+absl::StatusOr<RecordResult> record_webhook_event(Connection& conn, const Schema& schema,
+                                                  const WebhookEvent& event,
+                                                  std::string_view trace_id,
+                                                  std::string_view raw_body) {
+  // record_event() spells its answers as the database does.
+  static constexpr EnumNames<RecordResult, 3> kAnswers{{{
+      {RecordResult::kAccepted, "accepted"},
+      {RecordResult::kDuplicate, "duplicate"},
+      {RecordResult::kUnmatchedAddress, "unmatched"},
+  }}};
+  const auto or_null = [](std::string_view s) { return s.empty() ? Param() : Param(s); };
+  absl::StatusOr<Result> r = conn.execute(
+      schema.qualify(
+          "SELECT {schema}.record_event($1, $2, $3::numeric, $4, $5::bigint, $6, $7, $8)"),
+      Params(event.event_id, to_string(event.type), event.amount, or_null(event.to_address),
+             event.user_id, or_null(trace_id), raw_body, or_null(event.tx_hash)));
+  // Keyed by the event id (ON CONFLICT DO NOTHING): running it again after an
+  // in-doubt commit answers "duplicate", never a second row.
+  if (!r.ok()) return mark_idempotent(internal::interpret_ledger_error(r.status()));
+  absl::StatusOr<std::string> answer = read_single<std::string>(*r, "record_event");
+  if (!answer.ok()) return answer.status();
+  if (std::optional<RecordResult> result = kAnswers.parse(*answer)) return *result;
+  return absl::InternalError(
+      fmt::format("record_event answered {}", internal::quoted_for_humans(*answer)));
+}
+
+}  // namespace idemledger

@@ -1,0 +1,206 @@
+// Faults the ledger must answer correctly: a commit whose acknowledgement is
+// lost, lock contention, timeouts, a session killed by the server.
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "idemledger/core/retry.hpp"
+#include "idemledger/core/status.hpp"
+#include "idemledger/ledger/ledger.hpp"
+#include "tests/support/test_db.hpp"
+
+namespace idemledger::testing {
+namespace {
+
+// Commits for real, then reports the connection lost, as if the server's
+// answer to the commit never arrived: once, for the first batch
+// (execute_atomically, how the ledger applies) or the first single statement
+// (execute, how open_account writes).
+class LosesFirstCommitAck final : public ForwardingConnection {
+ public:
+  enum class Lose { kBatch, kStatement };
+  LosesFirstCommitAck(Connection& real, Lose which) : ForwardingConnection(real), which_(which) {}
+  using ForwardingConnection::execute;
+  absl::StatusOr<Result> execute(std::string_view sql, std::span<const Param> params) override {
+    return lose_if(Lose::kStatement, real_.execute(sql, params));
+  }
+  absl::StatusOr<Result> execute_atomically(std::span<const Statement> statements) override {
+    return lose_if(Lose::kBatch, real_.execute_atomically(statements));
+  }
+
+ private:
+  absl::StatusOr<Result> lose_if(Lose kind, absl::StatusOr<Result> r) {
+    if (kind != which_ || lost_ || !r.ok()) return r;
+    lost_ = true;
+    absl::Status s = absl::UnavailableError("commit in doubt: connection lost");
+    mark_commit_in_doubt(s);
+    return s;
+  }
+  const Lose which_;
+  bool lost_ = false;
+};
+
+using Fault = LedgerTest;
+
+TEST_F(Fault, InDoubtCommit_RetryAnswersAlreadyAppliedAndCreditsOnce) {
+  open_account(1, "0");
+  LosesFirstCommitAck flaky(*conn_, LosesFirstCommitAck::Lose::kBatch);
+  const PaymentEvent e = event("evt_1", EventType::kDeposit, 1, "25");
+  std::vector<absl::Status> attempts;
+  absl::StatusOr<Outcome> r = with_retries(RetryPolicy{}, [&] {
+    absl::StatusOr<Outcome> attempt = ledger_->process_deposit(flaky, e);
+    attempts.push_back(attempt.status());
+    return attempt;
+  });
+  ASSERT_EQ(attempts.size(), 2u);
+  EXPECT_TRUE(commit_in_doubt(attempts[0]));
+  EXPECT_TRUE(is_retryable(attempts[0]));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, Outcome::kAlreadyApplied) << "the first commit landed; the retry must say so";
+  EXPECT_EQ(balance(1), "25");
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events"), 1);
+  EXPECT_EQ(scalar("SELECT status FROM {schema}.payment_events"), "confirmed");
+}
+
+// The same lost answer on a statement that is not keyed: opening an account.
+// Retrying it would answer kAlreadyExists for an account the first try
+// created, so with_retries() hands the in-doubt status back instead.
+TEST_F(Fault, InDoubtCommit_OfAnUnkeyedCallIsAnsweredNotRetried) {
+  LosesFirstCommitAck flaky(*conn_, LosesFirstCommitAck::Lose::kStatement);
+  int attempts = 0;
+  const absl::Status s = with_retries(RetryPolicy{}, [&] {
+    ++attempts;
+    return ledger_->open_account(flaky, 7, *Amount::parse("10"));
+  });
+  EXPECT_EQ(attempts, 1) << "running it again would answer kAlreadyExists, which is a lie";
+  EXPECT_TRUE(commit_in_doubt(s)) << s;
+  EXPECT_FALSE(is_retryable(s));
+  EXPECT_EQ(balance(7), "10") << "the first try did land: the caller must look, as here";
+}
+
+TEST_F(Fault, LockedUser_WithdrawalAnswersRetryableImmediately) {
+  open_account(1, "100");
+  std::unique_ptr<pg::Connection> holder =
+      hold_locks("SELECT 1 FROM {schema}.users WHERE id = 1 FOR UPDATE");
+
+  const absl::Time start = absl::Now();
+  absl::StatusOr<Outcome> r =
+      ledger_->process_withdrawal(*conn_, event("w_1", EventType::kWithdrawal, 1, "10"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1)) << "NOWAIT must not wait for lock_timeout";
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(sqlstate(r.status()), "55P03");
+  EXPECT_TRUE(is_retryable(r.status()));
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.processed_events"), 0) << "rolled back whole";
+
+  ASSERT_TRUE(holder->execute("ROLLBACK").ok());
+  EXPECT_EQ(*ledger_->process_withdrawal(*conn_, event("w_1", EventType::kWithdrawal, 1, "10")),
+            Outcome::kApplied);
+  EXPECT_EQ(balance(1), "90");
+}
+
+TEST_F(Fault, LockedUser_DepositWaitsAtMostLockTimeout) {
+  ledger_ = std::make_unique<Ledger>(options({.lock_timeout = absl::Milliseconds(200)}));
+  open_account(1, "0");
+  std::unique_ptr<pg::Connection> holder =
+      hold_locks("UPDATE {schema}.users SET balance = balance WHERE id = 1");
+  const absl::Time start = absl::Now();
+  absl::StatusOr<Outcome> r =
+      ledger_->process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "1"));
+  const absl::Duration waited = absl::Now() - start;
+  EXPECT_GE(waited, absl::Milliseconds(150));
+  EXPECT_LT(waited, absl::Seconds(2));
+  EXPECT_EQ(sqlstate(r.status()), "55P03");
+  EXPECT_TRUE(is_retryable(r.status()));
+  ASSERT_TRUE(holder->execute("ROLLBACK").ok());
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events"), 0);
+}
+
+TEST_F(Fault, StatementTimeoutInTheBatchIsEnforced) {
+  // Lock wait longer than the statement timeout: the statement timeout fires,
+  // proving the setting sent in the same pipeline applies to the apply.
+  ledger_ = std::make_unique<Ledger>(
+      options({.lock_timeout = absl::Seconds(30), .statement_timeout = absl::Milliseconds(300)}));
+  open_account(1, "0");
+  std::unique_ptr<pg::Connection> holder =
+      hold_locks("UPDATE {schema}.users SET balance = balance WHERE id = 1");
+  absl::StatusOr<Outcome> r =
+      ledger_->process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "1"));
+  EXPECT_EQ(sqlstate(r.status()), "57014");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded);
+  ASSERT_TRUE(holder->execute("ROLLBACK").ok());
+}
+
+TEST_F(Fault, TimeoutsAreTransactionScoped) {
+  open_account(1, "0");
+  ASSERT_EQ(*ledger_->process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "1")),
+            Outcome::kApplied);
+  // A PgBouncer-shared session must not keep our settings after the transaction.
+  EXPECT_EQ(scalar("SHOW lock_timeout"), "0");
+  EXPECT_EQ(scalar("SHOW statement_timeout"), "0");
+}
+
+TEST_F(Fault, SessionKilledByServer_IsRetryableAndMarkedBroken) {
+  IDEMLEDGER_NEEDS_OWN_SESSION("pg_terminate_backend of its own backend");
+  open_account(1, "0");
+  std::unique_ptr<pg::Connection> victim = connect();
+  const std::string pid = std::to_string(victim->backend_pid());
+  ASSERT_EQ(scalar("SELECT pg_terminate_backend(" + pid + ")"), "t");
+  absl::SleepFor(absl::Milliseconds(100));
+  absl::StatusOr<Outcome> r =
+      ledger_->process_deposit(*victim, event("d_1", EventType::kDeposit, 1, "1"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(is_retryable(r.status())) << r.status();
+  EXPECT_TRUE(connection_broken(r.status())) << r.status();
+  EXPECT_TRUE(victim->is_broken());
+  // A new session applies it exactly once.
+  EXPECT_EQ(*ledger_->process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "1")),
+            Outcome::kApplied);
+  EXPECT_EQ(balance(1), "1");
+}
+
+// The real libpq path: the server kills the session while the pipelined batch
+// runs. The client cannot know whether the commit happened, so it must say
+// "in doubt" (and here it did not happen).
+TEST_F(Fault, SessionKilledMidPipeline_ReportsCommitInDoubt) {
+  IDEMLEDGER_NEEDS_OWN_SESSION("pg_terminate_backend mid-pipeline");
+  exec("CREATE TABLE {schema}.t (x int)");
+  for (const bool host_transaction : {false, true}) {
+    std::unique_ptr<pg::Connection> victim = connect();
+    if (host_transaction) {
+      ASSERT_TRUE(victim->execute("BEGIN").ok());
+    }
+    const std::string pid = std::to_string(victim->backend_pid());
+    std::thread killer([&] {
+      absl::SleepFor(absl::Milliseconds(300));
+      std::unique_ptr<pg::Connection> admin = connect();
+      (void)admin->execute("SELECT pg_terminate_backend(" + pid + ")");
+    });
+    const std::string insert = "INSERT INTO " + schema_name_ + ".t VALUES (1)";
+    const Statement batch[] = {{insert, {}}, {"SELECT pg_sleep(5)", {}}};
+    absl::StatusOr<Result> r = victim->execute_atomically(batch);
+    killer.join();
+    ASSERT_FALSE(r.ok());
+    EXPECT_TRUE(connection_broken(r.status())) << r.status();
+    EXPECT_EQ(commit_in_doubt(r.status()), !host_transaction)
+        << "only a batch that would have committed at its Sync is in doubt: " << r.status();
+    // An unkeyed batch in doubt must not simply run again (it may have
+    // landed); one that died inside the host's transaction surely did not.
+    EXPECT_EQ(is_retryable(r.status()), host_transaction) << r.status();
+    EXPECT_EQ(count("SELECT count(*) FROM {schema}.t"), 0);
+  }
+}
+
+TEST_F(Fault, HostTransaction_DepositJoinsItAndRollsBackWithIt) {
+  open_account(1, "0");
+  ASSERT_TRUE(conn_->execute("BEGIN").ok());
+  EXPECT_EQ(*ledger_->process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "3")),
+            Outcome::kApplied);
+  ASSERT_TRUE(conn_->execute("ROLLBACK").ok());
+  EXPECT_EQ(balance(1), "0");
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.processed_events"), 0);
+  EXPECT_EQ(*ledger_->process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "3")),
+            Outcome::kApplied);
+  EXPECT_EQ(balance(1), "3");
+}
+
+}  // namespace
+}  // namespace idemledger::testing

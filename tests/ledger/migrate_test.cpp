@@ -1,0 +1,51 @@
+// Released migrations are immutable: each version's text is pinned here by
+// its checksum. A failure means a released migration was edited — write a
+// new migration instead (and never change this list for an old version).
+#include "idemledger/ledger/migrate.hpp"
+
+#include <map>
+
+#include "gmock/gmock.h"
+
+namespace idemledger {
+namespace {
+
+TEST(MigrationCatalog, ReleasedMigrationsNeverChange) {
+  const std::map<int, std::string> pinned = {
+      // version -> SHA-256 over the statements, length-prefixed
+      {1, "63b29a4be05589e6a14106d6da7cea20540704f4ab52d9c5d1f40f5c00b13f6d"},
+      {2, "fa86f06a76037c7f06cea710e01d34a53af74df06244125011a3cb0c042034a2"},
+      {3, "36d9a2720f82a97dfb2db9c72199334afe4d3376fa7fec7e3805889faffb3ef4"},
+      {4, "273585cac085a5847b0274699ecce4bf938e41db37f0db0087e2d5e9d38c17fb"},
+      {5, "45b217d161cc1d4cca7f4f52dc00479ae745968a31e43cf98bcdb506a5f906d4"},
+      {6, "7519688b2f6a7dc37530cbf9273dd21c18983541da089c8ac07fd4b8ff9b0a7b"},
+      {7, "73e1a70e476c99807ebc07644f36894ac9aa759983f648faccf5e2ca5a44f1ae"},
+      {8, "2e4312589903124ad192343ae26f50b59ea4190f7731cf9db7eb5ad73b27d0e5"},
+      {9, "8df8ef45d05357d83f91f29a4befbb9aebb890548d9166da07035f3bc7cc251e"},
+  };
+  const std::vector<MigrationInfo> catalog = migration_catalog();
+  ASSERT_GE(catalog.size(), pinned.size());
+  for (const MigrationInfo& m : catalog) {
+    const auto it = pinned.find(m.version);
+    if (it == pinned.end()) {
+      ADD_FAILURE() << "migration " << m.version << " (" << m.name
+                    << ") is new: pin it here with checksum " << m.checksum;
+      continue;
+    }
+    EXPECT_EQ(m.checksum, it->second)
+        << "migration " << m.version << " (" << m.name
+        << ") was edited after its release; add a new migration instead";
+  }
+}
+
+TEST(MigrationCatalog, VersionsAreDenseAndNamed) {
+  const std::vector<MigrationInfo> catalog = migration_catalog();
+  for (std::size_t i = 0; i < catalog.size(); ++i) {
+    EXPECT_EQ(catalog[i].version, static_cast<int>(i + 1));
+    EXPECT_FALSE(catalog[i].name.empty());
+  }
+  EXPECT_EQ(latest_schema_version(), static_cast<int>(catalog.size()));
+}
+
+}  // namespace
+}  // namespace idemledger

@@ -1,0 +1,171 @@
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include "idemledger/core/status.hpp"
+#include "idemledger/pg/pool.hpp"
+#include "tests/support/test_db.hpp"
+
+namespace idemledger::testing {
+namespace {
+
+pg::PoolOptions small_pool(std::size_t size) {
+  return {.dsn = test_dsn(),
+          .max_size = size,
+          .acquire_timeout = absl::Milliseconds(300),
+          .connection = test_connection_options()};
+}
+
+TEST(Pool, CreatesLazilyAndBoundsWaiting) {
+  pg::Pool pool(small_pool(2));
+  EXPECT_EQ(pool.stats().open, 0u);
+  absl::StatusOr<pg::PooledConnection> a = pool.acquire();
+  absl::StatusOr<pg::PooledConnection> b = pool.acquire();
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(pool.stats().open, 2u);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<pg::PooledConnection> c = pool.acquire();
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(is_retryable(c.status()));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(250));
+  *a = std::move(*b);  // returns a's connection
+  EXPECT_TRUE(pool.acquire().ok());
+}
+
+TEST(Pool, RollsBackAConnectionLeftInsideATransaction) {
+  pg::Pool pool(small_pool(1));
+  {
+    absl::StatusOr<pg::PooledConnection> c = pool.acquire();
+    ASSERT_TRUE(c.ok());
+    ASSERT_TRUE((*c)->execute("BEGIN").ok());
+    ASSERT_TRUE((*c)->execute("CREATE TEMP TABLE leak (x int)").ok());
+  }  // returned mid-transaction
+  absl::StatusOr<pg::PooledConnection> c = pool.acquire();
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE((*c)->in_transaction());
+  EXPECT_EQ((*c)->execute("SELECT to_regclass('pg_temp.leak') IS NULL")->at(0, 0), "t");
+  EXPECT_EQ(pool.stats().created, 1u) << "rolled back, not replaced";
+}
+
+TEST(Pool, ReplacesASessionTheServerClosed) {
+  IDEMLEDGER_NEEDS_OWN_SESSION("pg_terminate_backend of a pooled session");
+  pg::Pool pool(small_pool(1));
+  std::string pid;
+  {
+    absl::StatusOr<pg::PooledConnection> c = pool.acquire();
+    ASSERT_TRUE(c.ok());
+    pid = std::to_string((*c)->backend_pid());
+  }
+  std::unique_ptr<pg::Connection> admin = connect();
+  ASSERT_EQ(admin->execute("SELECT pg_terminate_backend(" + pid + ")")->at(0, 0), "t");
+  absl::SleepFor(absl::Milliseconds(100));
+  absl::StatusOr<pg::PooledConnection> c = pool.acquire();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE((*c)->execute("SELECT 1").ok()) << "the pool must not hand out the dead session";
+  EXPECT_NE(std::to_string((*c)->backend_pid()), pid);
+  EXPECT_EQ(pool.stats().dropped, 1u);
+}
+
+TEST(Pool, DropsAConnectionWhoseCallBrokeIt) {
+  pg::Pool pool(small_pool(1));
+  {
+    absl::StatusOr<pg::PooledConnection> c = pool.acquire();
+    ASSERT_TRUE(c.ok());
+    absl::StatusOr<Result> r = (*c)->execute("SELECT pg_terminate_backend(pg_backend_pid())");
+    EXPECT_FALSE(r.ok());
+    EXPECT_TRUE(connection_broken(r.status())) << r.status();
+  }
+  EXPECT_EQ(pool.stats().open, 0u);
+  EXPECT_EQ(pool.stats().dropped, 1u);
+  absl::StatusOr<pg::PooledConnection> c = pool.acquire();
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE((*c)->execute("SELECT 1").ok());
+}
+
+TEST(Pool, IsThreadSafeUnderContention) {
+  pg::Pool pool({.dsn = test_dsn(),
+                 .max_size = 3,
+                 .acquire_timeout = absl::Seconds(10),
+                 .connection = test_connection_options()});
+  std::atomic<int> ok{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 100; ++i) {
+        absl::StatusOr<pg::PooledConnection> c = pool.acquire();
+        if (c.ok() && (*c)->execute("SELECT 1").ok()) ++ok;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 800);
+  EXPECT_LE(pool.stats().created, 3u);
+}
+
+TEST(Pool, SurvivesForkOnBothSides) {
+  pg::Pool pool(small_pool(2));
+  std::string parent_pid;
+  {
+    absl::StatusOr<pg::PooledConnection> c = pool.acquire();
+    ASSERT_TRUE(c.ok());
+    parent_pid = std::to_string((*c)->backend_pid());
+  }
+  const pid_t child = fork();
+  if (child == 0) {
+    // The child's copy of the pool must open its own session, and must not
+    // send anything on (or close) the parent's.
+    absl::StatusOr<pg::PooledConnection> c = pool.acquire();
+    const bool ok = c.ok() && (*c)->execute("SELECT 1").ok() &&
+                    std::to_string((*c)->backend_pid()) != parent_pid;
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  absl::StatusOr<pg::PooledConnection> c = pool.acquire();
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE((*c)->execute("SELECT 1").ok()) << "the parent's session survived the child";
+  EXPECT_EQ(std::to_string((*c)->backend_pid()), parent_pid);
+}
+
+TEST(Pool, RefusesAMalformedDsnAtOnce) {
+  pg::Pool pool({.dsn = "host=/tmp port=notaport =oops", .max_size = 1});
+  EXPECT_EQ(pool.acquire().status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(PgConnection, UnnamedStatementModeWorksForPgBouncer) {
+  absl::StatusOr<std::unique_ptr<pg::Connection>> c =
+      pg::Connection::open(test_dsn(), {.prepared_statements = false});
+  ASSERT_TRUE(c.ok());
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ((*c)->execute("SELECT $1::int + 1", {Param("41")})->at(0, 0), "42");
+  }
+  const Param p[] = {Param("x")};
+  const Statement batch[] = {{"SELECT 1", {}}, {"SELECT $1::text", p}};
+  EXPECT_EQ((*c)->execute_atomically(batch)->at(0, 0), "x");
+  EXPECT_EQ((*c)->execute("SELECT count(*) FROM pg_prepared_statements")->at(0, 0), "0");
+}
+
+TEST(PgConnection, PipelinedBatchIsAtomic) {
+  std::unique_ptr<pg::Connection> c = connect();
+  // A real table, not a temporary one: behind PgBouncer the next transaction
+  // may run in another server session.
+  const std::string t = "pipelined_" + std::to_string(getpid());
+  ASSERT_TRUE(c->execute("CREATE TABLE " + t + " (x int PRIMARY KEY)").ok());
+  const std::string insert = "INSERT INTO " + t + " VALUES (1)";
+  const std::string count = "SELECT count(*) FROM " + t;
+  const Statement batch[] = {{insert, {}}, {insert, {}}};
+  absl::StatusOr<Result> r = c->execute_atomically(batch);
+  EXPECT_EQ(sqlstate(r.status()), "23505");
+  EXPECT_FALSE(commit_in_doubt(r.status())) << "a server refusal is a definite no";
+  EXPECT_EQ(c->execute(count)->at(0, 0), "0");
+  EXPECT_TRUE(c->is_idle());
+  const Statement good[] = {{insert, {}}, {count, {}}};
+  EXPECT_EQ(c->execute_atomically(good)->at(0, 0), "1");
+  ASSERT_TRUE(c->execute("DROP TABLE " + t).ok());
+}
+
+}  // namespace
+}  // namespace idemledger::testing
