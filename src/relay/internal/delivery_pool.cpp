@@ -24,18 +24,16 @@ int DeliveryPool::free_slots(bool draining, int drain_limit) const {
 }
 
 void DeliveryPool::submit(std::vector<RelayMessage> messages) {
-  int in_flight = 0;
-  {
-    MutexLock lock(&mu_);
-    for (RelayMessage& m : messages) {
-      ++in_flight_;
-      if (m.from_dead_letters()) ++dead_letters_in_flight_;
-      queue_.push_back(std::move(m));
-    }
-    in_flight = in_flight_;
-  }  // the unlock wakes the workers
-  in_flight_changed_(in_flight);
-}
+  MutexLock lock(&mu_);
+  for (RelayMessage& m : messages) {
+    ++in_flight_;
+    if (m.from_dead_letters()) ++dead_letters_in_flight_;
+    queue_.push_back(std::move(m));
+  }
+  // Reported under the lock: two workers finishing together must not publish their counts
+  // out of order and leave the gauge at a stale value.
+  in_flight_changed_(in_flight_);
+}  // the unlock wakes the workers
 
 void DeliveryPool::wait_for_slot(absl::Duration timeout) {
   MutexLock lock(&mu_);
@@ -57,15 +55,11 @@ void DeliveryPool::work() {
       queue_.pop_front();
     }
     deliver_(message);
-    int in_flight = 0;
-    {
-      MutexLock lock(&mu_);
-      --in_flight_;
-      if (message.from_dead_letters()) --dead_letters_in_flight_;
-      ++finished_;
-      in_flight = in_flight_;
-    }
-    in_flight_changed_(in_flight);
+    MutexLock lock(&mu_);
+    --in_flight_;
+    if (message.from_dead_letters()) --dead_letters_in_flight_;
+    ++finished_;
+    in_flight_changed_(in_flight_);
   }
 }
 

@@ -23,7 +23,8 @@ namespace idemledger::internal {
 class DeliveryPool {
  public:
   // `deliver` runs on a pool thread for each message; `in_flight_changed`
-  // is told the new count after every change (for a gauge).
+  // is told the new count after every change (for a gauge), under the pool's lock so the
+  // counts arrive in order; it must not call back into the pool.
   DeliveryPool(int threads, std::function<void(const RelayMessage&)> deliver,
                std::function<void(int)> in_flight_changed);
   ~DeliveryPool();
