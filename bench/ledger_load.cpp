@@ -1,14 +1,16 @@
 // ledger_load — end-to-end deposit throughput through process_deposit.
 //
 //   ledger_load --dsn DSN [--clients 4] [--seconds 20] [--history 100000] [--unnamed]
-//               [--metrics] [--partitioned]
+//               [--metrics] [--partitioned] [--workload deposit|hold_post]
 //
 // Sets up schema "bench" like the reference workloads' start state (10,000
 // users, N historical confirmed deposits, VACUUM ANALYZEd), then runs
 // `clients` threads, each with its own connection, calling process_deposit
 // with fresh event ids for `seconds`. --metrics records LedgerMetrics on every
 // call; --partitioned converts the schema to monthly partitions after the
-// history is loaded. Prints one line:
+// history is loaded. --workload hold_post runs two-phase withdrawals instead:
+// hold (amount + fee) then post, each its own transaction; one "operation" is
+// the pair. Prints one line:
 //   RESULT name=idemledger clients=4 deposits=... tps=... p50_us=... p99_us=...
 // bench/run_load.sh runs it beside pgbench on the same server and prints ratios.
 #include <algorithm>
@@ -38,6 +40,7 @@ struct Options {
   bool prepared = true;
   bool metrics = false;
   bool partitioned = false;
+  bool hold_post = false;
 };
 
 bool run(idemledger::Connection& c, const std::string& sql) {
@@ -55,37 +58,43 @@ bool set_up(idemledger::Connection& c, int history) {
     return false;
   }
   const std::string h = std::to_string(history);
-  return run(c,
-             "INSERT INTO bench.users (id, balance, initial_balance) SELECT g, 0, 0 FROM "
-             "generate_series(1, " +
-                 std::to_string(kUsers) + ") g") &&
+  // Every history deposit as the ledger writes one: the user's leg, the
+  // chain's opposite leg, the idempotency record, the event; then the
+  // accounts hold what their entries sum to.
+  return run(c, "INSERT INTO bench.users (id) SELECT g FROM generate_series(1, " +
+                    std::to_string(kUsers) + ") g") &&
          run(c,
-             "INSERT INTO bench.payment_events (event_id, user_id, amount, event_type, status, "
-             "created_at, updated_at) "
-             "SELECT 'h' || g, 1 + g % 10000, (1 + g % 1000000) / 100.0, 'deposit', 'confirmed', "
-             "now() - interval '1 day', now() - interval '1 day' FROM generate_series(1, " +
+             "INSERT INTO bench.payment_events (event_id, user_id, asset, amount, event_type, "
+             "status, created_at, updated_at) "
+             "SELECT 'h' || g, 1 + g % 10000, 'DEFAULT', (1 + g % 1000000) / 100.0, 'deposit', "
+             "'confirmed', now() - interval '1 day', now() - interval '1 day' "
+             "FROM generate_series(1, " +
                  h + ") g") &&
          // Same key encoding as idempotency_key(): SHA-256 over length-prefixed fields.
          run(c,
-             "INSERT INTO bench.processed_events (idempotency_key, fingerprint, outcome, "
+             "INSERT INTO bench.processed_events (idempotency_key, fingerprint, outcome, asset, "
              "created_at) "
              "SELECT encode(sha256(int4send(octet_length('h' || g)) || convert_to('h' || g, "
-             "'UTF8') || "
-             "int4send(7) || convert_to('deposit', 'UTF8')), 'hex'), 'history', 'success', "
+             "'UTF8') || int4send(7) || convert_to('deposit', 'UTF8')), 'hex'), 'history', "
+             "'success', 'DEFAULT', now() - interval '1 day' FROM generate_series(1, " +
+                 h + ") g") &&
+         run(c,
+             "INSERT INTO bench.balance_events (user_id, asset, amount, event_type, "
+             "source_event_id, created_at) "
+             "SELECT 1 + g % 10000, 'DEFAULT', (1 + g % 1000000) / 100.0, 'deposit', 'h' || g, "
              "now() - interval '1 day' FROM generate_series(1, " +
                  h + ") g") &&
          run(c,
-             "INSERT INTO bench.balance_events (user_id, amount, event_type, source_event_id, "
-             "created_at) "
-             "SELECT 1 + g % 10000, (1 + g % 1000000) / 100.0, 'deposit', 'h' || g, now() - "
-             "interval '1 day' "
-             "FROM generate_series(1, " +
+             "INSERT INTO bench.system_entries (asset, account, amount, event_type, "
+             "source_event_id, created_at) "
+             "SELECT 'DEFAULT', 'external', -((1 + g % 1000000) / 100.0), 'deposit', 'h' || g, "
+             "now() - interval '1 day' FROM generate_series(1, " +
                  h + ") g") &&
          run(c,
-             "UPDATE bench.users u SET balance = s.total, initial_balance = 0 FROM (SELECT "
-             "user_id, "
-             "sum(amount) AS total FROM bench.balance_events GROUP BY user_id) s WHERE s.user_id = "
-             "u.id") &&
+             "INSERT INTO bench.accounts (user_id, asset, balance, initial_balance) "
+             "SELECT u.id, 'DEFAULT', coalesce(s.total, 0), 0 FROM bench.users u LEFT JOIN "
+             "(SELECT user_id, sum(amount) AS total FROM bench.balance_events GROUP BY user_id) s "
+             "ON s.user_id = u.id") &&
          run(c, "VACUUM ANALYZE") && run(c, "CHECKPOINT");
 }
 
@@ -111,10 +120,14 @@ int main(int argc, char** argv) {
       o.metrics = true;
     else if (a == "--partitioned")
       o.partitioned = true;
+    else if (a == "--workload" && i + 1 < argc &&
+             (std::string_view(argv[i + 1]) == "deposit" ||
+              std::string_view(argv[i + 1]) == "hold_post"))
+      o.hold_post = value() == "hold_post";
     else {
       std::fprintf(stderr,
                    "usage: ledger_load --dsn DSN [--clients N] [--seconds S] [--history N] "
-                   "[--unnamed] [--metrics] [--partitioned]\n");
+                   "[--unnamed] [--metrics] [--partitioned] [--workload deposit|hold_post]\n");
       return 2;
     }
   }
@@ -144,6 +157,10 @@ int main(int argc, char** argv) {
     amounts.push_back(*idemledger::Amount::parse(std::to_string(cents / 100) + "." +
                                                  std::to_string(cents % 100)));
   }
+  std::vector<idemledger::Amount> small;  // 0.01 .. 1.00, what a hold takes
+  for (int cents = 1; cents <= 100; ++cents) {
+    small.push_back(*idemledger::Amount::from_base_units(std::to_string(cents), 2));
+  }
 
   std::atomic<bool> failed{false};
   std::vector<std::vector<std::int64_t>> latencies(static_cast<std::size_t>(o.clients));
@@ -163,21 +180,47 @@ int main(int argc, char** argv) {
       auto& lat = latencies[static_cast<std::size_t>(t)];
       lat.reserve(200'000);
       idemledger::PaymentEvent e{.type = idemledger::EventType::kDeposit};
+      idemledger::HoldRequest hold{.fee = *idemledger::Amount::parse("0.01"),
+                                   .expires_in = absl::Hours(1)};
+      idemledger::PostRequest post;
+      const auto report = [&](std::string_view what, const std::string& id,
+                              const absl::Status& status, std::string_view outcome) {
+        std::fprintf(stderr, "%.*s %s: %s\n", static_cast<int>(what.size()), what.data(),
+                     id.c_str(),
+                     status.ok() ? std::string(outcome).c_str() : status.ToString().c_str());
+        failed = true;
+      };
       for (std::int64_t n = 0; absl::Now() < deadline; ++n) {
         e.event_id = "L" + std::to_string(t) + "_" + std::to_string(n);
         e.user_id = 1 + static_cast<std::int64_t>(local() % kUsers);
         e.amount = amounts[local() % amounts.size()];
         const absl::Time begin = absl::Now();
-        absl::StatusOr<idemledger::Outcome> r = idemledger::with_retries(
-            idemledger::RetryPolicy{}, [&] { return ledger.process_deposit(**c, e); });
-        lat.push_back(absl::ToInt64Microseconds(absl::Now() - begin));
-        if (!r.ok() || *r != idemledger::Outcome::kApplied) {
-          std::fprintf(stderr, "deposit %s: %s\n", e.event_id.c_str(),
-                       r.ok() ? std::string(idemledger::to_string(*r)).c_str()
-                              : r.status().ToString().c_str());
-          failed = true;
-          return;
+        if (o.hold_post) {
+          hold.event_id = e.event_id;
+          hold.user_id = e.user_id;
+          hold.amount = small[local() % small.size()];  // balances never run dry
+          absl::StatusOr<idemledger::HoldResult> h = idemledger::with_retries(
+              idemledger::RetryPolicy{}, [&] { return ledger.hold(**c, hold); });
+          if (!h.ok() || h->outcome != idemledger::Outcome::kApplied) {
+            return report("hold", e.event_id, h.status(),
+                          h.ok() ? idemledger::to_string(h->outcome) : "");
+          }
+          post.hold_id = e.event_id;
+          absl::StatusOr<idemledger::HoldResult> p = idemledger::with_retries(
+              idemledger::RetryPolicy{}, [&] { return ledger.post(**c, post); });
+          if (!p.ok() || p->outcome != idemledger::Outcome::kApplied) {
+            return report("post", e.event_id, p.status(),
+                          p.ok() ? idemledger::to_string(p->outcome) : "");
+          }
+        } else {
+          absl::StatusOr<idemledger::Outcome> r = idemledger::with_retries(
+              idemledger::RetryPolicy{}, [&] { return ledger.process_deposit(**c, e); });
+          if (!r.ok() || *r != idemledger::Outcome::kApplied) {
+            return report("deposit", e.event_id, r.status(),
+                          r.ok() ? idemledger::to_string(*r) : "");
+          }
         }
+        lat.push_back(absl::ToInt64Microseconds(absl::Now() - begin));
       }
     });
   }

@@ -103,34 +103,39 @@ int main(int argc, char** argv) {
   if (absl::Status s = idemledger::migrate(*c, "ops"); !s.ok()) return 1;
   const std::string n = std::to_string(events), u = std::to_string(users);
   std::fprintf(stderr, "seeding %ld ledger entries over %d users...\n", events, users);
+  run(*c, "INSERT INTO ops.users (id) SELECT g FROM generate_series(1, " + u + ") g");
   run(*c,
-      "INSERT INTO ops.users (id, balance, initial_balance) SELECT g, 0, 0 FROM "
-      "generate_series(1, " +
-          u + ") g");
-  run(*c,
-      "INSERT INTO ops.balance_events (user_id, amount, event_type, source_event_id, created_at) "
-      "SELECT 1 + g % " +
+      "INSERT INTO ops.balance_events (user_id, asset, amount, event_type, source_event_id, "
+      "created_at) SELECT 1 + g % " +
           u +
-          ", (1 + g % 1000) / 100.0, 'deposit', 'h' || g, now() - interval '70 days' "
+          ", 'DEFAULT', (1 + g % 1000) / 100.0, 'deposit', 'h' || g, now() - interval '70 days' "
           "FROM generate_series(1, " +
+          n + ") g");
+  // The other leg of each: the full pass checks every asset sums to zero.
+  run(*c,
+      "INSERT INTO ops.system_entries (asset, account, amount, event_type, source_event_id, "
+      "created_at) SELECT 'DEFAULT', 'external', -((1 + g % 1000) / 100.0), 'deposit', 'h' || g, "
+      "now() - interval '70 days' FROM generate_series(1, " +
           n + ") g");
   // Their events too: plans cached while payment_events is empty would scan it
   // sequentially for the rest of the run (see bench/reference/README.md).
   run(*c,
-      "INSERT INTO ops.payment_events (event_id, user_id, amount, event_type, status, "
+      "INSERT INTO ops.payment_events (event_id, user_id, asset, amount, event_type, status, "
       "created_at, updated_at) SELECT 'h' || g, 1 + g % " +
           u +
-          ", (1 + g % 1000) / 100.0, 'deposit', 'confirmed', now() - interval '70 days', "
+          ", 'DEFAULT', (1 + g % 1000) / 100.0, 'deposit', 'confirmed', now() - interval '70 "
+          "days', "
           "now() - interval '70 days' FROM generate_series(1, " +
           n + ") g");
   run(*c,
-      "INSERT INTO ops.processed_events (idempotency_key, fingerprint, outcome, created_at) "
-      "SELECT md5('h' || g), 'history', 'success', now() - interval '70 days' FROM "
+      "INSERT INTO ops.processed_events (idempotency_key, fingerprint, outcome, asset, created_at) "
+      "SELECT md5('h' || g), 'history', 'success', 'DEFAULT', now() - interval '70 days' FROM "
       "generate_series(1, " +
           n + ") g");
   run(*c,
-      "UPDATE ops.users u SET balance = s.total FROM (SELECT user_id, sum(amount) AS total "
-      "FROM ops.balance_events GROUP BY user_id) s WHERE s.user_id = u.id");
+      "INSERT INTO ops.accounts (user_id, asset, balance, initial_balance) SELECT u.id, "
+      "'DEFAULT', coalesce(s.total, 0), 0 FROM ops.users u LEFT JOIN (SELECT user_id, "
+      "sum(amount) AS total FROM ops.balance_events GROUP BY user_id) s ON s.user_id = u.id");
   if (partitioned) {
     if (!idemledger::enable_monthly_partitioning(*c, {.schema = "ops"}).ok()) return 1;
     std::printf("RESULT layout=monthly_partitions\n");

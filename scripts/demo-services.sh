@@ -62,6 +62,9 @@ echo
 build/tools/idemledger-admin/idemledger-admin reconcile --full
 build/tools/idemledger-admin/idemledger-admin status
 echo
+echo "what the ledger owes users, per asset (compare with the custody wallets):"
+build/tools/idemledger-admin/idemledger-admin liabilities
+echo
 build/tools/idemledger-admin/idemledger-admin relay status
 
 # And what a Prometheus server scrapes (full text in $logs/*.prom).
@@ -70,4 +73,4 @@ for i in 0 1; do loopback_http GET "${metrics_ports[$i]}" /metrics >"$logs/worke
 echo
 echo "metrics excerpt (webhook_intake, then worker 1 of 2):"
 grep -E '^idemledger_webhook_requests_total' "$logs/intake.prom"
-grep -E '^idemledger_(ledger_outcomes_total|retries_scheduled_total|dead_lettered_total|recovered_total|time_to_confirm_seconds_(count|sum)|time_to_confirm_seconds_bucket\{le="0\.(01|05|1)"\}|apply_duration_seconds_bucket\{le="0\.001"\}|apply_duration_seconds_count|queue_events|dead_letters_open|last_reconciliation_timestamp_seconds)' "$logs/worker1.prom"
+grep -E '^idemledger_(ledger_outcomes_total|asset_outcomes_total|holds_expired_total|retries_scheduled_total|dead_lettered_total|recovered_total|time_to_confirm_seconds_(count|sum)|time_to_confirm_seconds_bucket\{le="0\.(01|05|1)"\}|apply_duration_seconds_bucket\{le="0\.001"\}|apply_duration_seconds_count|queue_events|dead_letters_open|last_reconciliation_timestamp_seconds)' "$logs/worker1.prom"

@@ -7,8 +7,9 @@
 //
 // Policies: "credited" waits in the DLQ at most RELAY_CREDIT_DEADLINE_MS and
 // is resent only while the ledger still holds the credit (a reorg
-// compensation makes it obsolete); every other ledger topic has a budget of
-// RELAY_MAX_RETRIES dead-letterings. A message without a string event_id is
+// compensation makes it obsolete); every other ledger topic (debited,
+// insufficient_funds, and a hold's held, posted, voided, expired) has a budget
+// of RELAY_MAX_RETRIES dead-letterings. A message without a string event_id is
 // quarantined. SIGTERM: claim nothing more, finish what is in flight, exit.
 //
 // Configuration (environment): IDEMLEDGER_DSN, IDEMLEDGER_SCHEMA (idemledger),
@@ -65,6 +66,16 @@ int main() {
            {std::string(to_string(idemledger::OutboxTopic::kDebited)),
             idemledger::RelayPolicy::retries(static_cast<int>(max_retries), needs_event_id)},
            {std::string(to_string(idemledger::OutboxTopic::kInsufficientFunds)),
+            idemledger::RelayPolicy::retries(static_cast<int>(max_retries), needs_event_id)},
+           // A hold's steps: each is news even after a later one (the API
+           // orders them by the hold's event_id), so each gets the budget.
+           {std::string(to_string(idemledger::OutboxTopic::kHeld)),
+            idemledger::RelayPolicy::retries(static_cast<int>(max_retries), needs_event_id)},
+           {std::string(to_string(idemledger::OutboxTopic::kPosted)),
+            idemledger::RelayPolicy::retries(static_cast<int>(max_retries), needs_event_id)},
+           {std::string(to_string(idemledger::OutboxTopic::kVoided)),
+            idemledger::RelayPolicy::retries(static_cast<int>(max_retries), needs_event_id)},
+           {std::string(to_string(idemledger::OutboxTopic::kExpired)),
             idemledger::RelayPolicy::retries(static_cast<int>(max_retries), needs_event_id)}},
       .max_in_flight = static_cast<int>(max_in_flight),
       .drain_concurrency = static_cast<int>(drain),

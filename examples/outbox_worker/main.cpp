@@ -1,4 +1,5 @@
-// outbox_worker — applies recorded events: claim, apply, retry, recover.
+// outbox_worker — applies recorded events: claim, apply, retry, recover;
+// sweeps expired holds.
 //
 // N threads, each with its own connection: claim a batch of due pending
 // events (SKIP LOCKED, leased), apply each through the Ledger, log one JSON
@@ -102,6 +103,14 @@ int main() {
         if (thread == 0 && absl::Now() >= next_maintenance) {
           (void)dispatcher.recover_stale(**conn);  // logs what it recovers
           (void)dead_letters.drain_spool(**conn);  // logs what it drains
+          // The hold sweeper: releases holds past their expiry, each once
+          // (other workers' sweeps skip what this one locked).
+          if (absl::StatusOr<int> expired = ledger.expire_holds(**conn); !expired.ok()) {
+            example::log("warning",
+                         {{"msg", "hold sweep failed"}, {"error", expired.status().ToString()}});
+          } else if (*expired > 0) {
+            example::log("info", {{"msg", "holds expired"}, {"count", *expired}});
+          }
           next_maintenance = absl::Now() + absl::Seconds(1);
         }
         absl::StatusOr<std::vector<idemledger::ClaimedEvent>> claimed = dispatcher.claim(**conn);

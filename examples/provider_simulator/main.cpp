@@ -1,33 +1,46 @@
 // provider_simulator — a payment provider that delivers at least once.
 //
-//   provider_simulator setup    migrate; users 1..U with 100 each; addresses addr_<u>
+//   provider_simulator setup    migrate; assets ETH (18, the default), USDC (6) and WBTC (8) on
+//                               "ethereum", OLD (2, disabled); users 1..U with 100 ETH,
+//                               1000 USDC and 0.5 WBTC each; addresses addr_<u>
 //   provider_simulator run      send, wait until every event is terminal, check
 //   provider_simulator relay-check   wait until notification_relay settled the
 //                               outbox; compare with what mock_downstream got
 //
-// `run` signs and POSTs N events to webhook_intake, each delivered 1-3 times
-// (copies adjacent in the stream race each other; some arrive late), plus bad
-// deliveries: tampered signatures, numeric amounts, unknown event types,
-// unknown addresses, and late replays of known ids with other amounts. It
-// retries 429/503/connection errors like a real provider. Then it waits for
-// the workers, prints a summary and checks the invariants; exit 1 if any fails.
+// `run` works in two rounds, as a withdrawal does. Round one: deposits and
+// airdrops in all three assets (named by code, by chain + contract, or not at
+// all — the default asset), single-phase withdrawals, and withdrawal requests
+// (holds, with a fee; some expire after 1 s). Round two, once round one is
+// terminal and the expired holds are swept: each held request is confirmed
+// (captured whole, or in part with the fee waived) or failed (released), and
+// some expired ones are confirmed late (refused: a dead letter). Every event is
+// delivered 1-3 times (copies adjacent in the stream race each other; some
+// arrive late), plus bad deliveries: tampered signatures, numeric amounts,
+// unknown event types, unknown addresses, unknown, disabled and too-precise
+// assets, and late replays of known ids with another amount, asset, fee or
+// capture. It retries 429/503/connection errors like a real provider. Then it
+// prints what happened per asset and checks the invariants; exit 1 if any
+// fails.
 //
 // Environment: IDEMLEDGER_DSN, IDEMLEDGER_SCHEMA (idemledger),
 // IDEMLEDGER_WEBHOOK_SECRET, IDEMLEDGER_INTAKE_PORT, IDEMLEDGER_TIMESTAMP_TOLERANCE_S
-// (0), SIM_EVENTS (20000), SIM_USERS (200), SIM_CONCURRENCY (16), SIM_WAIT_S (90),
+// (0), SIM_EVENTS (20000, round one; round two adds one per held request),
+// SIM_USERS (200), SIM_CONCURRENCY (16), SIM_WAIT_S (90, per round),
 // SIM_DELIVERIES_PER_S (0 = as fast as intake answers; a pace spreads the
 // stream over time, as the chaos soak needs), SIM_CHAOS (0; 1 while tests/chaos/run.sh breaks
 // things: a delivery whose "accepted" answer was lost with its connection comes back as
 // "duplicate", so "accepted exactly once" relaxes to "at most once" — the payment_events count
-// still proves every event was recorded once). relay-check also reads MOCK_PORT (mock_downstream's
-// port) and RELAY_BOUND (replicas × RELAY_MAX_IN_FLIGHT: the most requests the API may see at
-// once).
+// still proves every event was recorded once — and a worker's retries may run out, so a failed
+// event may be dead-lettered for another reason). relay-check also reads MOCK_PORT
+// (mock_downstream's port) and RELAY_BOUND (replicas × RELAY_MAX_IN_FLIGHT: the most requests the
+// API may see at once).
 #include <httplib.h>
 
 #include <algorithm>
 #include <atomic>
 #include <map>
 #include <random>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -37,6 +50,22 @@
 
 namespace {
 
+struct SimAsset {
+  idemledger::AssetCode code;
+  int decimals;
+  const char* contract;  // "" for the chain's native coin
+  const char* initial;   // each user's opening balance
+  const char* fee;       // a withdrawal's fee
+  const char* unit;      // what a partial capture leaves behind
+};
+constexpr const char* kChain = "ethereum";
+const SimAsset kAssets[] = {
+    {"ETH", 18, "", "100", "0.001", "0.001"},
+    {"USDC", 6, "0xa0b86991c6218b36c1d19d4a2e9eb0ce3606eb48", "1000", "1", "0.01"},
+    {"WBTC", 8, "0x2260fac5e5542a773aa44fbcfedf7c193bc2c599", "0.5", "0.0001", "0.0001"},
+};
+constexpr int kAssetCount = 3;
+
 enum class Kind {
   kGood,
   kLateCopy,
@@ -44,7 +73,13 @@ enum class Kind {
   kNumericAmount,
   kUnknownType,
   kUnknownAddress,
-  kConflict
+  kUnknownAsset,
+  kTooPrecise,
+  kDisabledAsset,
+  kConflictAmount,
+  kConflictAsset,
+  kConflictFee,
+  kConflictCapture,
 };
 
 struct Delivery {
@@ -56,19 +91,52 @@ struct Delivery {
 struct SimEvent {
   std::string id;
   std::string type;
-  std::string amount;
-  int user;
+  std::string amount;  // "" = none (a failure, or a confirmation capturing all)
+  std::string fee;     // "" = none
+  int user = 0;
+  int asset = 0;
+  enum class Naming { kCode, kChain, kDefault } naming = Naming::kCode;
+  int expires_s = 0;    // withdrawal_requested
+  std::string hold_id;  // withdrawal_confirmed / _failed
 };
 
+bool is_credit(const std::string& type) { return type == "deposit" || type == "airdrop"; }
+
 std::string body_of(const SimEvent& e, const Delivery& d) {
-  const Kind kind = d.kind;
-  nlohmann::json j = {{"event_id", e.id}, {"event_type", e.type}, {"amount", e.amount}};
-  if (e.type == "withdrawal") {
-    j["user_id"] = e.user;
-  } else {
+  nlohmann::json j = {{"event_id", e.id}, {"event_type", e.type}};
+  if (!e.amount.empty()) j["amount"] = e.amount;
+  if (!e.fee.empty()) j["fee"] = e.fee;
+  if (is_credit(e.type)) {
     j["to_address"] = "addr_" + std::to_string(e.user);
+  } else {
+    j["user_id"] = e.user;
   }
-  switch (kind) {
+  if (e.hold_id.empty()) {  // a confirmation or failure takes its hold's asset
+    const SimAsset& a = kAssets[e.asset];
+    if (e.naming == SimEvent::Naming::kCode) {
+      j["asset"] = a.code.code();
+    } else if (e.naming == SimEvent::Naming::kChain) {
+      j["chain"] = kChain;
+      std::string contract = a.contract;
+      // Checksummed (mixed case) or not, it is the same token.
+      if (d.serial % 2 == 1)
+        std::transform(contract.begin() + 2, contract.end(), contract.begin() + 2, ::toupper);
+      j["contract"] = contract;
+    }
+  } else {
+    j["withdrawal_id"] = e.hold_id;
+  }
+  if (e.expires_s > 0) j["expires_in_s"] = e.expires_s;
+  const auto own_deposit = [&](const std::string& id, const std::string& asset,
+                               const std::string& amount, const std::string& address) {
+    j = {{"event_id", id},
+         {"event_type", "deposit"},
+         {"amount", amount},
+         {"to_address", address},
+         {"asset", asset}};
+  };
+  const std::string serial = std::to_string(d.serial);
+  switch (d.kind) {
     case Kind::kNumericAmount:
       j["amount"] = 12.5;
       break;
@@ -76,13 +144,31 @@ std::string body_of(const SimEvent& e, const Delivery& d) {
       j["event_type"] = "chargeback";
       break;
     case Kind::kUnknownAddress:  // a deposit of its own, to an address no user owns
-      j["event_id"] = "unmatched_" + std::to_string(d.serial);
-      j["event_type"] = "deposit";
-      j.erase("user_id");
-      j["to_address"] = "addr_nobody_" + std::to_string(d.serial);
+      own_deposit("unmatched_" + serial, "USDC", "5", "addr_nobody_" + serial);
       break;
-    case Kind::kConflict:
+    case Kind::kUnknownAsset:
+      own_deposit("unknown_asset_" + serial, "DOGE", "5", "addr_1");
+      break;
+    case Kind::kTooPrecise:  // 7 decimal places of a 6-decimal token
+      own_deposit("too_precise_" + serial, "USDC", "1.0000001", "addr_1");
+      break;
+    case Kind::kDisabledAsset:
+      own_deposit("delisted_" + serial, "OLD", "5", "addr_1");
+      break;
+    case Kind::kConflictAmount:
       j["amount"] = e.amount + "1";
+      break;
+    case Kind::kConflictAsset:  // the same deposit, said to be of another asset
+      j.erase("chain");
+      j.erase("contract");
+      j["asset"] = kAssets[(e.asset + 1) % kAssetCount].code.code();
+      break;
+    case Kind::kConflictFee:
+      j["fee"] = "7";
+      break;
+    case Kind::kConflictCapture:  // the same confirmation, capturing another amount
+      j["amount"] = std::string(kAssets[e.asset].unit);
+      j["fee"] = "0";
       break;
     default:
       break;
@@ -96,8 +182,14 @@ int expected_status(Kind kind) {
       return 401;
     case Kind::kNumericAmount:
     case Kind::kUnknownType:
+    case Kind::kUnknownAsset:
+    case Kind::kTooPrecise:
+    case Kind::kDisabledAsset:
       return 400;
-    case Kind::kConflict:
+    case Kind::kConflictAmount:
+    case Kind::kConflictAsset:
+    case Kind::kConflictFee:
+    case Kind::kConflictCapture:
       return 409;
     default:
       return 200;
@@ -116,26 +208,48 @@ std::unique_ptr<idemledger::pg::Connection> connect(const std::string& dsn) {
   return std::move(*c);
 }
 
+template <typename T>
+T must(absl::StatusOr<T> r, const char* what) {
+  if (!r.ok()) example::config_error(std::string(what) + ": " + r.status().ToString());
+  return *std::move(r);
+}
+void must(const absl::Status& s, const char* what) {
+  if (!s.ok()) example::config_error(std::string(what) + ": " + s.ToString());
+}
+
 int setup(const std::string& dsn, const idemledger::Schema& schema, long users) {
   const std::string schema_text(schema.name());
   std::unique_ptr<idemledger::pg::Connection> c = connect(dsn);
-  if (absl::Status s = idemledger::migrate(*c, schema); !s.ok())
-    example::config_error(s.ToString());
+  // ETH is the default asset: events that name none are ETH, as a
+  // single-balance host's always were.
+  must(idemledger::migrate(*c, {.schema = schema, .default_asset = "ETH"}), "migrate");
+  for (const SimAsset& a : kAssets) {
+    if (*a.contract == '\0') continue;  // ETH: the default, created by migrate()
+    must(idemledger::add_asset(
+             *c, schema,
+             {.code = a.code, .decimals = a.decimals, .chain = kChain, .contract = a.contract}),
+         "add asset");
+  }
+  must(idemledger::add_asset(*c, schema, {.code = "OLD", .decimals = 2, .enabled = false}),
+       "add asset");
   const idemledger::Ledger ledger({.schema = schema});
   for (long u = 1; u <= users; ++u) {
-    if (absl::Status s = ledger.open_account(*c, u, *idemledger::Amount::parse("100")); !s.ok()) {
-      example::config_error(s.ToString());
+    for (const SimAsset& a : kAssets) {
+      must(ledger.open_account(*c, u, *idemledger::Amount::parse(a.initial), a.code),
+           "open account");
     }
     const std::string address = "addr_" + std::to_string(u), user = std::to_string(u);
-    if (!c->execute("INSERT INTO " + schema_text +
-                        ".deposit_addresses (address, user_id) VALUES ($1, $2::bigint)",
-                    {idemledger::Param(address), idemledger::Param(user)})
-             .ok()) {
-      example::config_error("cannot create deposit addresses");
-    }
+    must(c->execute("INSERT INTO " + schema_text +
+                        ".deposit_addresses (address, user_id) VALUES ($1, $2::bigint) "
+                        "ON CONFLICT DO NOTHING",
+                    {idemledger::Param(address), idemledger::Param(user)}),
+         "deposit addresses");
   }
-  std::printf("setup: schema %s, %ld users with 100 each, addresses addr_1..addr_%ld\n",
-              schema_text.c_str(), users, users);
+  std::printf(
+      "setup: schema %s, assets ETH (18 decimals, the default), USDC (6) and WBTC (8) on %s, "
+      "OLD (disabled);\n       %ld users with 100 ETH, 1000 USDC and 0.5 WBTC each, addresses "
+      "addr_1..addr_%ld\n",
+      schema_text.c_str(), kChain, users, users);
   return 0;
 }
 
@@ -173,11 +287,17 @@ int relay_check(const std::string& dsn, const idemledger::Schema& schema) {
       number("SELECT count(*) FROM " + letters + " WHERE resolution = 'delivered'");
   const long dropped = number("SELECT count(*) FROM " + letters + " WHERE resolution = 'dropped'");
   const long quarantined = number("SELECT count(*) FROM " + schema_text + ".relay_quarantine");
+  // One per applied or refused event; a hold has one when it is taken (or
+  // refused) and one when it ends (posted, voided or expired).
   const long outcomes =
-      number("SELECT count(*) FROM " + schema_text +
-             ".processed_events WHERE outcome IN ('success', 'insufficient_funds')");
+      number("SELECT (SELECT count(*) FROM " + schema_text +
+             ".processed_events WHERE outcome IN ('success', 'insufficient_funds')) + (SELECT "
+             "count(*) FROM " +
+             schema_text + ".holds) + (SELECT count(*) FROM " + schema_text +
+             ".holds WHERE state IN ('posted', 'voided', 'expired'))");
   std::printf("\nnotification relay (outbox -> mock_downstream, outage in the middle)\n");
-  std::printf("  notifications written         %6ld   (one per applied or refused event)\n", total);
+  std::printf("  notifications written         %6ld   (one per outcome, two per settled hold)\n",
+              total);
   std::printf("  delivered                     %6ld   (%ld of them after a stay in the DLQ)\n",
               published, via_dlq);
   std::printf("  dropped, kept with reason     %6ld\n", dropped);
@@ -197,7 +317,8 @@ int relay_check(const std::string& dsn, const idemledger::Schema& schema) {
       stats["duplicates"].get<long>(), stats["max_concurrency"].get<long>(), bound);
 
   std::printf("relay invariants:\n");
-  bool ok = check(total == outcomes, "one notification per outcome, none for a replayed event");
+  bool ok =
+      check(total == outcomes, "one notification per outcome, none for a replayed event or step");
   ok &= check(number(unsettled) == 0, "nothing left undelivered or waiting in the DLQ");
   ok &= check(published + dropped + quarantined == total,
               "every notification delivered, or dropped / quarantined with its reason");
@@ -212,234 +333,446 @@ int relay_check(const std::string& dsn, const idemledger::Schema& schema) {
   return ok ? 0 : 1;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const std::string mode = argc > 1 ? argv[1] : "";
-  const std::string dsn = example::env_string("IDEMLEDGER_DSN");
-  const idemledger::Schema schema = example::env_schema();
-  const std::string schema_text(schema.name());
-  const long users = example::env_long("SIM_USERS", 200, 1, 1'000'000);
-  if (mode == "setup") return setup(dsn, schema, users);
-  if (mode == "relay-check") return relay_check(dsn, schema);
-  if (mode != "run") example::config_error("usage: provider_simulator setup|run|relay-check");
-
-  const long n_events = example::env_long("SIM_EVENTS", 20'000, 1, 10'000'000);
-  const long concurrency = example::env_long("SIM_CONCURRENCY", 16, 1, 512);
-  const long wait_s = example::env_long("SIM_WAIT_S", 90, 1, 3600);
-  const bool chaos = example::env_long("SIM_CHAOS", 0, 0, 1) == 1;
-  const long pace = example::env_long("SIM_DELIVERIES_PER_S", 0, 0, 1'000'000);
-  const long port = example::env_long("IDEMLEDGER_INTAKE_PORT", 8080, 1, 65535);
-  const long tolerance_s = example::env_long("IDEMLEDGER_TIMESTAMP_TOLERANCE_S", 0, 0, 86400);
-  absl::StatusOr<idemledger::WebhookVerifier> signer = idemledger::WebhookVerifier::create(
-      example::env_string("IDEMLEDGER_WEBHOOK_SECRET"), absl::Seconds(tolerance_s));
-  if (!signer.ok()) example::config_error(std::string(signer.status().message()));
-
-  // The events, and the order their deliveries arrive in.
-  std::mt19937_64 rng(2026);
-  std::vector<SimEvent> events;
-  std::vector<Delivery> stream, late;
-  for (int i = 0; i < n_events; ++i) {
-    const int roll = static_cast<int>(rng() % 100);
-    const char* type = roll < 80 ? "deposit" : roll < 85 ? "airdrop" : "withdrawal";
-    events.push_back({"sim_" + std::to_string(i), type,
-                      std::to_string(1 + rng() % 500) + "." + std::to_string(rng() % 100),
-                      1 + static_cast<int>(rng() % static_cast<std::uint64_t>(users))});
-    const int copies = 1 + static_cast<int>(rng() % 3);
-    for (int c = 0; c < copies; ++c) {
-      (c > 0 && rng() % 4 == 0 ? late : stream)
-          .push_back({i, c == 0 ? Kind::kGood : Kind::kLateCopy});
+// Sends deliveries, tallies the answers, and asks the database what became of them.
+class Provider {
+ public:
+  Provider(std::string dsn, const idemledger::Schema& schema)
+      : dsn_(std::move(dsn)), schema_(schema.name()) {
+    const long tolerance = example::env_long("IDEMLEDGER_TIMESTAMP_TOLERANCE_S", 0, 0, 86400);
+    tolerance_s_ = tolerance;
+    signer_.emplace(
+        must(idemledger::WebhookVerifier::create(example::env_string("IDEMLEDGER_WEBHOOK_SECRET"),
+                                                 absl::Seconds(tolerance)),
+             "IDEMLEDGER_WEBHOOK_SECRET"));
+    for (const char* k : {"accepted", "duplicate", "unmatched_address", "401", "400", "409",
+                          "unexpected", "retried"}) {
+      tally_[k] = 0;
     }
   }
-  const int bad_each = std::max(1, static_cast<int>(n_events / 100));
-  for (int b = 0; b < bad_each; ++b) {
-    const int target = static_cast<int>(rng() % static_cast<std::uint64_t>(n_events));
-    stream.push_back({target, Kind::kTampered});
-    stream.push_back({target, Kind::kNumericAmount});
-    stream.push_back({target, Kind::kUnknownType});
-    stream.push_back({target, Kind::kUnknownAddress, b});
-    late.push_back({target, Kind::kConflict});
-  }
-  std::shuffle(stream.begin(), stream.end(), rng);
-  std::shuffle(late.begin(), late.end(), rng);
 
-  std::printf(
-      "provider: %ld events, %zu deliveries (%d of each bad kind), %ld concurrent senders\n",
-      n_events, stream.size() + late.size(), bad_each, concurrency);
+  std::vector<SimEvent> events;
+  std::vector<std::atomic<int>> accepted_per_event = std::vector<std::atomic<int>>(0);
+  long tally(const std::string& k) const { return tally_.at(k).load(); }
 
-  std::vector<std::atomic<int>> accepted_per_event(static_cast<std::size_t>(n_events));
-  std::map<std::string, std::atomic<long>> tally;
-  for (const char* k : {"accepted", "duplicate", "unmatched_address", "401", "400", "409",
-                        "unexpected", "retried"}) {
-    tally[k] = 0;
-  }
-  const absl::Time start = absl::Now();
-  const auto send_all = [&](const std::vector<Delivery>& deliveries) {
+  void send_all(const std::vector<Delivery>& deliveries) {
     std::atomic<std::size_t> next{0};
     const absl::Time paced_from = absl::Now();
     std::vector<std::thread> senders;
-    senders.reserve(static_cast<std::size_t>(concurrency));
-    for (long t = 0; t < concurrency; ++t) {
+    senders.reserve(static_cast<std::size_t>(concurrency_));
+    for (long t = 0; t < concurrency_; ++t) {
       senders.emplace_back([&] {
-        httplib::Client client("127.0.0.1", static_cast<int>(port));
+        httplib::Client client("127.0.0.1", static_cast<int>(port_));
         client.set_keep_alive(true);
         client.set_tcp_nodelay(true);
         for (std::size_t i; (i = next++) < deliveries.size();) {
-          if (pace > 0) {
+          if (pace_ > 0) {
             absl::SleepFor(paced_from +
-                           absl::Milliseconds(static_cast<std::int64_t>(i) * 1000 / pace) -
+                           absl::Milliseconds(static_cast<std::int64_t>(i) * 1000 / pace_) -
                            absl::Now());
           }
-          const Delivery& d = deliveries[i];
-          const std::string body = body_of(events[static_cast<std::size_t>(d.event)], d);
-          const std::string ts =
-              tolerance_s > 0 ? std::to_string(absl::ToUnixSeconds(absl::Now())) : "";
-          std::string signature = signer->sign(body, ts);
-          if (d.kind == Kind::kTampered) signature[0] = signature[0] == 'a' ? 'b' : 'a';
-          httplib::Headers headers = {{"X-Signature", signature}};
-          if (!ts.empty()) headers.emplace("X-Timestamp", ts);
-          for (int attempt = 0;; ++attempt) {  // a provider redelivers on 429/503/network errors
-            httplib::Result r =
-                client.Post("/webhooks/payments", headers, body, "application/json");
-            if (r && r->status != 429 && r->status != 503) {
-              if (r->status != expected_status(d.kind)) {
-                ++tally["unexpected"];
-                std::fprintf(stderr, "unexpected %d for %s: %s\n", r->status, body.c_str(),
-                             r->body.c_str());
-              } else if (r->status == 200) {
-                const std::string result = nlohmann::json::parse(r->body).value("result", "");
-                ++tally[result];
-                if (result == "accepted") ++accepted_per_event[static_cast<std::size_t>(d.event)];
-              } else {
-                ++tally[std::to_string(r->status)];
-              }
-              break;
-            }
-            ++tally["retried"];
-            if (attempt > 50) {
-              ++tally["unexpected"];
-              break;
-            }
-            absl::SleepFor(absl::Milliseconds(10 * (attempt + 1)));
-          }
+          deliver(client, deliveries[i]);
         }
       });
     }
     for (auto& s : senders) s.join();
-  };
-  send_all(stream);
-  send_all(late);
-  const absl::Duration sent_in = absl::Now() - start;
+  }
 
-  // Wait for the workers.
-  std::unique_ptr<idemledger::pg::Connection> db = connect(dsn);
   // The database may restart under us (the chaos soak): reconnect and ask again.
-  const auto scalar = [&](const std::string& sql) {
+  std::string scalar(const std::string& sql) {
     for (int attempt = 0; attempt < 300; ++attempt) {
-      if (db == nullptr || db->is_broken()) {
+      if (db_ == nullptr || db_->is_broken()) {
         absl::StatusOr<std::unique_ptr<idemledger::pg::Connection>> c =
-            idemledger::pg::Connection::open(dsn);
-        db = c.ok() ? std::move(*c) : nullptr;
+            idemledger::pg::Connection::open(dsn_);
+        db_ = c.ok() ? std::move(*c) : nullptr;
       }
-      if (db != nullptr) {
-        absl::StatusOr<idemledger::Result> r = db->execute(sql);
+      if (db_ != nullptr) {
+        absl::StatusOr<idemledger::Result> r = db_->execute(sql);
         if (r.ok()) return r->rows.empty() ? std::string("NULL") : r->at(0, 0).value_or("NULL");
         if (!idemledger::is_retryable(r.status())) return std::string("ERROR");
       }
       absl::SleepFor(absl::Milliseconds(100));
     }
     return std::string("ERROR");
-  };
-  const std::string pe = schema_text + ".payment_events";
-  const absl::Time deadline = absl::Now() + absl::Seconds(wait_s);
-  while (scalar("SELECT count(*) FROM " + pe + " WHERE status NOT IN ('confirmed','failed')") !=
-             "0" &&
-         absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(100));
   }
+  long number(const std::string& sql) {
+    const std::string v = scalar(sql);
+    return v == "ERROR" || v == "NULL" ? -1 : std::stol(v);
+  }
+  // Every row of a two-column query, as a map.
+  std::map<std::string, std::string> pairs(const std::string& sql) {
+    std::map<std::string, std::string> out;
+    (void)scalar("SELECT 1");  // connected
+    absl::StatusOr<idemledger::Result> r =
+        db_ != nullptr ? db_->execute(sql) : absl::UnavailableError("no database");
+    if (!r.ok()) example::config_error(r.status().ToString());
+    for (const auto& row : r->rows) out[row[0].value_or("")] = row[1].value_or("");
+    return out;
+  }
+  // Waits until `sql` answers "0" or the deadline passes; false if it never did.
+  bool wait_for_zero(const std::string& sql, absl::Duration at_most) {
+    const absl::Time deadline = absl::Now() + at_most;
+    while (scalar(sql) != "0") {
+      if (absl::Now() >= deadline) return false;
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    return true;
+  }
+  std::string table(const char* name) const { return schema_ + "." + name; }
+
+  long concurrency_ = example::env_long("SIM_CONCURRENCY", 16, 1, 512);
+  long pace_ = example::env_long("SIM_DELIVERIES_PER_S", 0, 0, 1'000'000);
+  long port_ = example::env_long("IDEMLEDGER_INTAKE_PORT", 8080, 1, 65535);
+
+ private:
+  void deliver(httplib::Client& client, const Delivery& d) {
+    const std::string body = body_of(events[static_cast<std::size_t>(d.event)], d);
+    const std::string ts = tolerance_s_ > 0 ? std::to_string(absl::ToUnixSeconds(absl::Now())) : "";
+    std::string signature = signer_->sign(body, ts);
+    if (d.kind == Kind::kTampered) signature[0] = signature[0] == 'a' ? 'b' : 'a';
+    httplib::Headers headers = {{"X-Signature", signature}};
+    if (!ts.empty()) headers.emplace("X-Timestamp", ts);
+    for (int attempt = 0;; ++attempt) {  // a provider redelivers on 429/503/network errors
+      httplib::Result r = client.Post("/webhooks/payments", headers, body, "application/json");
+      if (r && r->status != 429 && r->status != 503) {
+        if (r->status != expected_status(d.kind)) {
+          ++tally_["unexpected"];
+          std::fprintf(stderr, "unexpected %d for %s: %s\n", r->status, body.c_str(),
+                       r->body.c_str());
+        } else if (r->status == 200) {
+          const std::string result = nlohmann::json::parse(r->body).value("result", "");
+          ++tally_[result];
+          if (result == "accepted") ++accepted_per_event[static_cast<std::size_t>(d.event)];
+        } else {
+          ++tally_[std::to_string(r->status)];
+        }
+        return;
+      }
+      ++tally_["retried"];
+      if (attempt > 50) {
+        ++tally_["unexpected"];
+        return;
+      }
+      absl::SleepFor(absl::Milliseconds(10 * (attempt + 1)));
+    }
+  }
+
+  std::string dsn_;
+  std::string schema_;
+  long tolerance_s_ = 0;
+  std::optional<idemledger::WebhookVerifier> signer_;
+  std::map<std::string, std::atomic<long>> tally_;
+  std::unique_ptr<idemledger::pg::Connection> db_;
+};
+
+// An amount of asset `a` a user plausibly moves: ETH 0.001..3 (3 decimals),
+// USDC 0.01..500 (2), WBTC 0.0001..0.05 (4) — within every asset's decimals.
+std::string amount_of(int a, std::mt19937_64& rng) {
+  char text[32];
+  switch (a) {
+    case 0:
+      std::snprintf(text, sizeof text, "%d.%03d", static_cast<int>(rng() % 3),
+                    1 + static_cast<int>(rng() % 999));
+      break;
+    case 1:
+      std::snprintf(text, sizeof text, "%d.%02d", static_cast<int>(rng() % 500),
+                    1 + static_cast<int>(rng() % 99));
+      break;
+    default:
+      std::snprintf(text, sizeof text, "0.0%03d", 1 + static_cast<int>(rng() % 500));
+      break;
+  }
+  return text;
+}
+
+// Copies of event `i`: 1-3, the first in the stream, a quarter of the rest late.
+void deliver_copies(int i, std::mt19937_64& rng, std::vector<Delivery>& stream,
+                    std::vector<Delivery>& late) {
+  const int copies = 1 + static_cast<int>(rng() % 3);
+  for (int c = 0; c < copies; ++c) {
+    (c > 0 && rng() % 4 == 0 ? late : stream)
+        .push_back({i, c == 0 ? Kind::kGood : Kind::kLateCopy, static_cast<int>(rng() % 2)});
+  }
+}
+
+int run(const std::string& dsn, const idemledger::Schema& schema, long users) {
+  const long n_events = example::env_long("SIM_EVENTS", 20'000, 1, 10'000'000);
+  const absl::Duration wait = absl::Seconds(example::env_long("SIM_WAIT_S", 90, 1, 3600));
+  const bool chaos = example::env_long("SIM_CHAOS", 0, 0, 1) == 1;
+  Provider p(dsn, schema);
+  const std::string pe = p.table("payment_events");
+  const std::string not_final =
+      "SELECT count(*) FROM " + pe + " WHERE status NOT IN ('confirmed','failed')";
+
+  // Round one: money in, single-phase withdrawals, withdrawal requests.
+  std::mt19937_64 rng(2026);
+  std::vector<Delivery> stream, late;
+  std::vector<int> requests, deposits;
+  for (int i = 0; i < n_events; ++i) {
+    const int roll = static_cast<int>(rng() % 100);
+    SimEvent e;
+    e.id = "sim_" + std::to_string(i);
+    e.type = roll < 50   ? "deposit"
+             : roll < 55 ? "airdrop"
+             : roll < 65 ? "withdrawal"
+                         : "withdrawal_requested";
+    e.user = 1 + static_cast<int>(rng() % static_cast<std::uint64_t>(users));
+    const int asset_roll = static_cast<int>(rng() % 100);
+    e.asset = asset_roll < 40 ? 0 : asset_roll < 85 ? 1 : 2;
+    e.amount = amount_of(e.asset, rng);
+    e.naming = e.asset == 0 ? (rng() % 2 ? SimEvent::Naming::kCode : SimEvent::Naming::kDefault)
+                            : (rng() % 2 ? SimEvent::Naming::kCode : SimEvent::Naming::kChain);
+    if (e.type == "withdrawal_requested") {
+      e.fee = kAssets[e.asset].fee;
+      e.expires_s = rng() % 10 == 0 ? 1 : 3600;  // one in ten is never settled in time
+      requests.push_back(i);
+    } else if (e.type == "deposit") {
+      deposits.push_back(i);
+    }
+    p.events.push_back(std::move(e));
+    deliver_copies(i, rng, stream, late);
+  }
+  const int bad_each = std::max(1, static_cast<int>(n_events / 100));
+  const auto any_of = [&](const std::vector<int>& from) {
+    return from[static_cast<std::size_t>(rng() % from.size())];
+  };
+  int conflicts = 0;
+  for (int b = 0; b < bad_each; ++b) {
+    const int target = static_cast<int>(rng() % static_cast<std::uint64_t>(n_events));
+    for (Kind k : {Kind::kTampered, Kind::kNumericAmount, Kind::kUnknownType, Kind::kUnknownAddress,
+                   Kind::kUnknownAsset, Kind::kTooPrecise, Kind::kDisabledAsset}) {
+      stream.push_back({target, k, b});
+    }
+    if (!deposits.empty()) {
+      late.push_back({any_of(deposits), Kind::kConflictAmount});
+      late.push_back({any_of(deposits), Kind::kConflictAsset});
+      conflicts += 2;
+    }
+    if (!requests.empty()) {
+      late.push_back({any_of(requests), Kind::kConflictFee});
+      ++conflicts;
+    }
+  }
+  std::shuffle(stream.begin(), stream.end(), rng);
+  std::shuffle(late.begin(), late.end(), rng);
+  p.accepted_per_event = std::vector<std::atomic<int>>(p.events.size() * 2 + 16);
+  std::printf(
+      "provider: round one: %ld events (%zu withdrawal requests), %zu deliveries (%d of each bad "
+      "kind), %ld concurrent senders\n",
+      n_events, requests.size(), stream.size() + late.size(), bad_each, p.concurrency_);
+  const absl::Time start = absl::Now();
+  p.send_all(stream);
+  p.send_all(late);
+  const bool round_one_final = p.wait_for_zero(not_final, wait);
+  // The sweeper's turn: every hold past its expiry is released, by the workers.
+  absl::SleepFor(absl::Seconds(1));
+  const bool swept = p.wait_for_zero(
+      "SELECT count(*) FROM " + p.table("holds") + " WHERE state = 'held' AND expires_at < now()",
+      absl::Seconds(30));
+  std::map<std::string, std::string> hold_state =
+      p.pairs("SELECT event_id, state FROM " + p.table("holds"));
+  const auto expired_after_round_one = std::count_if(
+      hold_state.begin(), hold_state.end(), [](const auto& h) { return h.second == "expired"; });
+
+  // Round two: the chain has spoken on every withdrawal still held.
+  stream.clear();
+  late.clear();
+  long confirms = 0, partial = 0, fails = 0, late_confirms = 0;
+  std::vector<int> confirmations;
+  for (int r : requests) {
+    const SimEvent& request = p.events[static_cast<std::size_t>(r)];
+    const std::string& state = hold_state[request.id];
+    SimEvent step{.id = "settle_" + request.id,
+                  .user = request.user,
+                  .asset = request.asset,
+                  .hold_id = request.id};
+    const int roll = static_cast<int>(rng() % 100);
+    if (state == "held") {
+      if (roll < 70) {
+        step.type = "withdrawal_confirmed";
+        ++confirms;
+      } else if (roll < 85) {  // captured in part, the fee waived: the rest is released
+        step.type = "withdrawal_confirmed";
+        const idemledger::Amount unit = *idemledger::Amount::parse(kAssets[request.asset].unit);
+        const idemledger::Amount held = *idemledger::Amount::parse(request.amount);
+        if (held > unit) {
+          step.amount = held.checked_sub(unit)->to_string();
+          step.fee = "0";
+          ++partial;
+        }
+        ++confirms;
+      } else {
+        step.type = "withdrawal_failed";
+        ++fails;
+      }
+    } else if (state == "expired" && roll < 35) {  // final on chain, but after we gave up
+      step.type = "withdrawal_confirmed";
+      ++late_confirms;
+    } else {
+      continue;
+    }
+    const int i = static_cast<int>(p.events.size());
+    if (step.type == "withdrawal_confirmed") confirmations.push_back(i);
+    p.events.push_back(std::move(step));
+    deliver_copies(i, rng, stream, late);
+  }
+  for (int b = 0; b < bad_each && !confirmations.empty(); ++b) {
+    late.push_back({any_of(confirmations), Kind::kConflictCapture});
+    ++conflicts;
+  }
+  std::shuffle(stream.begin(), stream.end(), rng);
+  std::shuffle(late.begin(), late.end(), rng);
+  std::printf(
+      "provider: round two: %ld confirmations (%ld in part), %ld failures, %ld confirmations of "
+      "expired holds; %zu deliveries\n",
+      confirms, partial, fails, late_confirms, stream.size() + late.size());
+  p.send_all(stream);
+  p.send_all(late);
+  const bool round_two_final = p.wait_for_zero(not_final, wait);
   const absl::Duration all_terminal_in = absl::Now() - start;
 
-  const long good_deliveries =
-      static_cast<long>(std::count_if(
-          stream.begin(), stream.end(),
-          [](const Delivery& d) { return d.kind == Kind::kGood || d.kind == Kind::kLateCopy; })) +
-      static_cast<long>(std::count_if(late.begin(), late.end(),
-                                      [](const Delivery& d) { return d.kind == Kind::kLateCopy; }));
-  const std::string confirmed =
-      scalar("SELECT count(*) FROM " + pe + " WHERE status = 'confirmed'");
-  const std::string failed = scalar("SELECT count(*) FROM " + pe + " WHERE status = 'failed'");
-  const std::string insufficient = scalar("SELECT count(*) FROM " + schema_text +
-                                          ".processed_events WHERE outcome = 'insufficient_funds'");
-  const std::string dlq = scalar("SELECT count(*) FROM " + schema_text + ".dead_letter_queue");
-  std::printf("\nprovider sent %ld good deliveries in %s; all events terminal after %s\n",
-              good_deliveries, absl::FormatDuration(sent_in).c_str(),
+  // What happened.
+  const long n_total = static_cast<long>(p.events.size());
+  const long confirmed = p.number("SELECT count(*) FROM " + pe + " WHERE status = 'confirmed'");
+  const long failed = p.number("SELECT count(*) FROM " + pe + " WHERE status = 'failed'");
+  const long insufficient = p.number("SELECT count(*) FROM " + p.table("processed_events") +
+                                     " WHERE outcome = 'insufficient_funds'");
+  const long rejected =
+      p.number("SELECT count(*) FROM " + p.table("holds") + " WHERE state = 'rejected'");
+  hold_state = p.pairs("SELECT event_id, state FROM " + p.table("holds"));
+  std::map<std::string, long> holds;
+  for (const auto& [id, state] : hold_state) ++holds[state];
+  std::printf("\nprovider: all events terminal after %s\n",
               absl::FormatDuration(all_terminal_in).c_str());
-  std::printf("  accepted (first delivery)     %6ld\n", tally["accepted"].load());
-  std::printf("  duplicates absorbed           %6ld\n", tally["duplicate"].load());
-  std::printf("  rejected 401 bad signature    %6ld\n", tally["401"].load());
-  std::printf("  rejected 400 bad payload      %6ld   (numeric amount, unknown type)\n",
-              tally["400"].load());
-  std::printf("  rejected 409 conflicting      %6ld\n", tally["409"].load());
-  std::printf("  unknown address (for review)  %6ld\n", tally["unmatched_address"].load());
-  std::printf("  redelivered after 429/503     %6ld\n", tally["retried"].load());
-  std::printf("  confirmed                     %6s\n", confirmed.c_str());
-  std::printf("  failed: insufficient funds    %6s\n", insufficient.c_str());
-  std::printf("  failed: other (each in DLQ)   %6ld\n",
-              std::stol(failed) - std::stol(insufficient));
-  std::printf("  dead-letter rows              %6s\n", dlq.c_str());
+  std::printf("  accepted (first delivery)     %6ld\n", p.tally("accepted"));
+  std::printf("  duplicates absorbed           %6ld\n", p.tally("duplicate"));
+  std::printf("  rejected 401 bad signature    %6ld\n", p.tally("401"));
+  std::printf(
+      "  rejected 400 bad payload      %6ld   (numeric amount, unknown type, unknown / disabled / "
+      "too precise asset)\n",
+      p.tally("400"));
+  std::printf("  rejected 409 conflicting      %6ld   (amount, asset, fee, capture)\n",
+              p.tally("409"));
+  std::printf("  unknown address (for review)  %6ld\n", p.tally("unmatched_address"));
+  std::printf("  redelivered after 429/503     %6ld\n", p.tally("retried"));
+  std::printf("  confirmed                     %6ld\n", confirmed);
+  std::printf("  failed: insufficient funds    %6ld   (%ld withdrawals, %ld holds refused)\n",
+              insufficient + rejected, insufficient, rejected);
+  std::printf("  failed: other (each in DLQ)   %6ld\n", failed - insufficient - rejected);
+  std::printf(
+      "  holds                         %6zu   (%ld posted, %ld voided, %ld expired, %ld "
+      "rejected, %ld still held)\n",
+      hold_state.size(), holds["posted"], holds["voided"], holds["expired"], holds["rejected"],
+      holds["held"]);
   std::printf(
       "  webhook -> confirmed          %lld events/s; time to confirm p50 %s ms, p99 %s ms\n\n",
-      static_cast<long long>(n_events * 1000 /
+      static_cast<long long>(n_total * 1000 /
                              std::max<std::int64_t>(1, absl::ToInt64Milliseconds(all_terminal_in))),
-      scalar("SELECT round(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM "
-             "updated_at - created_at)) * 1000) FROM " +
-             pe + " WHERE status = 'confirmed'")
+      p.scalar("SELECT round(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM "
+               "updated_at - created_at)) * 1000) FROM " +
+               pe + " WHERE status = 'confirmed'")
           .c_str(),
-      scalar("SELECT round(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM "
-             "updated_at - created_at)) * 1000) FROM " +
-             pe + " WHERE status = 'confirmed'")
+      p.scalar("SELECT round(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM "
+               "updated_at - created_at)) * 1000) FROM " +
+               pe + " WHERE status = 'confirmed'")
           .c_str());
 
-  long accepted_twice = 0, never_accepted = 0;
-  for (const auto& a : accepted_per_event) {
-    accepted_twice += a > 1;
-    never_accepted += a == 0;
+  // Per asset: what users own, what the system side says, and that they agree.
+  std::unique_ptr<idemledger::pg::Connection> db = connect(dsn);
+  const std::vector<idemledger::AssetLiabilities> owed =
+      must(idemledger::liabilities(*db, schema), "liabilities");
+  std::printf("per asset       %8s %22s %18s %22s %18s  %s\n", "accounts", "owed to users", "held",
+              "external (chain)", "fees", "postings sum");
+  bool zero_sum = true;
+  for (const idemledger::AssetLiabilities& l : owed) {
+    const std::string sum = p.scalar(
+        "SELECT trim_scale(coalesce((SELECT sum(amount) FROM " + p.table("balance_events") +
+        " WHERE asset = '" + l.asset + "'), 0) + coalesce((SELECT sum(amount) FROM " +
+        p.table("system_entries") + " WHERE asset = '" + l.asset + "'), 0))::text");
+    zero_sum &= sum == "0";
+    std::printf("  %-13s %8lld %22s %18s %22s %18s  %s\n", l.asset.c_str(),
+                static_cast<long long>(l.accounts), l.owed.to_string().c_str(),
+                l.held.to_string().c_str(), l.external.to_string().c_str(),
+                l.fees.to_string().c_str(), sum.c_str());
   }
-  const idemledger::Ledger ledger({.schema = schema});
-  absl::StatusOr<std::vector<idemledger::BalanceMismatch>> mismatches =
-      ledger.find_balance_mismatches(*db);
+  absl::StatusOr<idemledger::ReconcileReport> reconciled =
+      idemledger::Reconciler({.schema = schema}).full(*db);
+
+  long accepted_twice = 0, never_accepted = 0;
+  for (std::size_t i = 0; i < p.events.size(); ++i) {
+    accepted_twice += p.accepted_per_event[i] > 1;
+    never_accepted += p.accepted_per_event[i] == 0;
+  }
+  const std::string key =
+      "encode(sha256(int4send(octet_length(e.event_id)) || convert_to(e.event_id, 'UTF8') || "
+      "int4send(octet_length(e.event_type)) || convert_to(e.event_type, 'UTF8')), 'hex')";
+  const std::string business_failure =
+      "EXISTS (SELECT 1 FROM " + p.table("processed_events") +
+      " p WHERE p.outcome = 'insufficient_funds' AND p.idempotency_key = " + key +
+      ") OR EXISTS (SELECT 1 FROM " + p.table("holds") +
+      " h WHERE h.event_id = e.event_id AND h.state = 'rejected')";
+  const std::string dead_lettered_failures =
+      "SELECT count(*) FROM " + pe + " e WHERE e.status = 'failed' AND EXISTS (SELECT 1 FROM " +
+      p.table("dead_letter_queue") + " d WHERE d.event_id = e.event_id)";
   bool ok = true;
-  std::printf("invariants:\n");
-  ok &= check(tally["unexpected"] == 0, "every delivery got the answer its kind deserves");
+  std::printf("\ninvariants:\n");
+  ok &= check(round_one_final && round_two_final, "both rounds ended with every event terminal");
+  ok &= check(swept, "every hold past its expiry was swept by the workers");
+  ok &= check(p.tally("unexpected") == 0, "every delivery got the answer its kind deserves");
   ok &= chaos ? check(accepted_twice == 0, "no event accepted twice, duplicates absorbed")
               : check(accepted_twice == 0 && never_accepted == 0,
                       "every event accepted exactly once, duplicates absorbed");
-  ok &= check(tally["409"] == bad_each, "every conflicting replay refused with 409");
-  ok &= check(scalar("SELECT count(*) FROM " + pe) == std::to_string(n_events),
-              "one payment_events row per event");
-  ok &= check(
-      scalar("SELECT count(*) FROM " + pe + " WHERE status NOT IN ('confirmed','failed')") == "0",
-      "every event terminal (confirmed or failed)");
-  ok &= check(scalar("SELECT count(*) FROM " + schema_text + ".balance_events") == confirmed,
-              "one balance_events row per confirmed event");
-  ok &= check(
-      scalar(
-          "SELECT count(*) FROM " + pe +
-          " e WHERE e.status = 'failed' AND NOT EXISTS (SELECT 1 FROM " + schema_text +
-          ".dead_letter_queue d WHERE d.event_id = e.event_id) AND NOT EXISTS (SELECT 1 FROM " +
-          schema_text +
-          ".processed_events p WHERE p.outcome = 'insufficient_funds' AND p.idempotency_key = "
-          "encode(sha256(int4send(octet_length(e.event_id)) || convert_to(e.event_id, 'UTF8') || "
-          "int4send(octet_length(e.event_type)) || convert_to(e.event_type, 'UTF8')), 'hex'))") ==
-          "0",
-      "every failed event is insufficient funds or has a dead letter");
-  ok &= check(scalar("SELECT count(*) FROM " + schema_text + ".unmatched_deposits") ==
-                  std::to_string(bad_each),
+  ok &= check(p.tally("409") == conflicts,
+              "every conflicting replay (amount, asset, fee, capture) refused with 409");
+  ok &= check(p.number("SELECT count(*) FROM " + pe) == n_total,
+              "one payment_events row per event (" + std::to_string(n_total) + ")");
+  ok &= check(p.number(not_final) == 0, "every event terminal (confirmed or failed)");
+  ok &= check(p.number("SELECT count(*) FROM " + pe + " e WHERE e.status = 'failed' AND NOT (" +
+                       business_failure + ") AND NOT EXISTS (SELECT 1 FROM " +
+                       p.table("dead_letter_queue") + " d WHERE d.event_id = e.event_id)") == 0,
+              "every failed event is insufficient funds or has a dead letter");
+  ok &= check(p.number("SELECT count(*) FROM " + pe +
+                       " e WHERE e.event_id LIKE 'settle_%' AND e.status = 'failed' AND EXISTS "
+                       "(SELECT 1 FROM " +
+                       p.table("holds") +
+                       " h WHERE h.event_id = substr(e.event_id, 8) AND h.state = 'expired')") ==
+                  late_confirms,
+              "every confirmation of an expired hold refused: the hold is never posted");
+  if (!chaos) {
+    ok &= check(p.number(dead_lettered_failures) == late_confirms,
+                "and those are the only dead letters");
+  }
+  ok &= check(holds["held"] == 0 && holds["expired"] == expired_after_round_one &&
+                  holds["posted"] == confirms && holds["voided"] == fails,
+              "every hold ended as its withdrawal did: posted, voided or expired, none twice");
+  ok &= check(p.number("SELECT count(*) FROM " + p.table("balance_events")) ==
+                  p.number("SELECT count(*) FROM " + pe +
+                           " WHERE status = 'confirmed' AND event_type IN ('deposit', 'airdrop', "
+                           "'withdrawal')") +
+                      holds["posted"] +
+                      p.number("SELECT count(*) FROM " + p.table("holds") +
+                               " WHERE state = 'posted' AND posted_fee > 0"),
+              "one ledger entry per credit, debit, captured withdrawal and fee; none twice");
+  ok &= check(p.number("SELECT count(*) FROM " + p.table("unmatched_deposits")) == bad_each,
               "unknown addresses recorded for review, credited to nobody");
-  ok &= check(mismatches.ok() && mismatches->empty(),
-              "balance = initial_balance + SUM(balance_events) for every user");
-  ok &= check(scalar("SELECT count(*) FROM " + schema_text + ".users WHERE balance < 0") == "0",
-              "no negative balance");
+  ok &= check(zero_sum, "every asset's postings sum to zero (double entry)");
+  ok &= check(reconciled.ok() && reconciled->clean(),
+              "every account: balance = initial + its entries, held = its open holds");
+  ok &= check(p.number("SELECT count(*) FROM " + p.table("accounts") +
+                       " WHERE balance < 0 OR held < 0 OR held > balance") == 0,
+              "no negative balance, no negative available");
   std::printf("\n%s\n", ok ? "all invariants hold" : "INVARIANT VIOLATED");
   return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  const std::string dsn = example::env_string("IDEMLEDGER_DSN");
+  const idemledger::Schema schema = example::env_schema();
+  const long users = example::env_long("SIM_USERS", 200, 1, 1'000'000);
+  if (mode == "setup") return setup(dsn, schema, users);
+  if (mode == "relay-check") return relay_check(dsn, schema);
+  if (mode == "run") return run(dsn, schema, users);
+  example::config_error("usage: provider_simulator setup|run|relay-check");
 }

@@ -157,6 +157,9 @@ int main(int argc, char** argv) {
               ++tally.insufficient;
               ++refused_per_event[static_cast<std::size_t>(d.event)];
               break;
+            case Outcome::kRefused:  // only a post or void of a hold; none here
+              ++tally.errors;
+              break;
           }
         }
       });
@@ -216,8 +219,8 @@ int main(int argc, char** argv) {
                      "('confirmed','failed')") == "0",
               "every event is terminal (confirmed or failed)");
   ok &= check(mismatches.ok() && mismatches->empty(),
-              "balance = initial_balance + SUM(balance_events) for every user");
-  ok &= check(scalar("SELECT count(*) FROM quickstart.users WHERE balance < 0") == "0",
+              "balance = initial_balance + SUM(balance_events) for every account");
+  ok &= check(scalar("SELECT count(*) FROM quickstart.accounts WHERE balance < 0") == "0",
               "no negative balance");
   std::printf("\n%s\n", ok ? "all invariants hold" : "INVARIANT VIOLATED");
   return ok ? 0 : 1;

@@ -149,8 +149,9 @@ int main() {
     switch (recorded.status().code()) {
       case absl::StatusCode::kAlreadyExists:
         return answer(409, {{"error", std::string(recorded.status().message())}});
-      case absl::StatusCode::kNotFound:
-      case absl::StatusCode::kInvalidArgument:
+      case absl::StatusCode::kNotFound:            // unknown user
+      case absl::StatusCode::kInvalidArgument:     // unknown asset, too many decimals
+      case absl::StatusCode::kFailedPrecondition:  // disabled asset
         return answer(400, {{"error", std::string(recorded.status().message())}});
       default:
         return answer(503,

@@ -54,12 +54,27 @@ constexpr EnumNames<ApplyAnswer, 5> kApplyAnswerNames{{{
 }}};
 constexpr const auto& enum_names(ApplyAnswer) { return kApplyAnswerNames; }
 
+absl::Status check_hold_id(std::string_view hold_id) {
+  if (hold_id.empty() || hold_id.size() > kMaxEventIdLength) {
+    return absl::InvalidArgumentError(
+        fmt::format("hold_id must be 1..{} bytes", kMaxEventIdLength));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 Ledger::Ledger(LedgerOptions options)
     : options_(std::move(options)),
-      apply_sql_(options_.schema.qualify(
-          "SELECT {schema}.apply_event($1, $2, $3::bigint, $4::numeric, $5, $6, $7::boolean)")),
+      apply_sql_(options_.schema.qualify("SELECT {schema}.apply_event($1, $2, $3::bigint, $4, "
+                                         "$5::numeric, $6, $7, $8::boolean)")),
+      hold_sql_(options_.schema.qualify(
+          "SELECT * FROM {schema}.hold_funds($1, $2::bigint, $3, $4::numeric, $5::numeric, "
+          "$6::bigint, $7, $8::boolean)")),
+      post_sql_(options_.schema.qualify("SELECT * FROM {schema}.post_hold($1, $2, $3::bigint, "
+                                        "$4::numeric, $5::numeric, $6::boolean)")),
+      void_sql_(options_.schema.qualify(
+          "SELECT * FROM {schema}.void_hold($1, $2, $3::bigint, $4::boolean)")),
       // Transaction-scoped (is_local = true) so a pooled or PgBouncer-shared
       // session keeps its own settings; sent in the same batch as the apply.
       timeouts_sql_(
@@ -98,12 +113,13 @@ absl::StatusOr<Outcome> Ledger::process_event(Connection& conn, const PaymentEve
 
 absl::StatusOr<Outcome> Ledger::process_compensation(Connection& conn,
                                                      std::string_view original_tx_hash,
-                                                     std::int64_t user_id,
-                                                     const Amount& amount) const {
+                                                     std::int64_t user_id, const Amount& amount,
+                                                     std::optional<AssetCode> asset) const {
   const PaymentEvent event{.event_id = fmt::format("reorg:{}", original_tx_hash),
                            .type = EventType::kReorgCompensation,
                            .user_id = user_id,
-                           .amount = amount};
+                           .amount = amount,
+                           .asset = asset};
   absl::StatusOr<Outcome> outcome = apply(conn, event);
   if (outcome.ok() || sqlstate(outcome.status()) != internal::kCompensationExceedsBalance) {
     return outcome;
@@ -130,13 +146,19 @@ absl::StatusOr<Outcome> Ledger::apply(Connection& conn, const PaymentEvent& even
   // Every apply is keyed by (event_id, type): running it again can never
   // apply it twice, so even an in-doubt commit may be retried.
   if (!outcome.ok()) outcome = mark_idempotent(outcome.status());
-  if (options_.metrics == nullptr) return outcome;
+  record(start, outcome, event.asset);
+  return outcome;
+}
+
+void Ledger::record(absl::Time start, const absl::StatusOr<Outcome>& outcome,
+                    std::optional<AssetCode> asset) const {
+  if (options_.metrics == nullptr) return;
   LedgerMetrics& m = *options_.metrics;
   m.apply_duration.observe(absl::Now() - start);
   if (!outcome.ok()) {
     (outcome.status().code() == absl::StatusCode::kAlreadyExists ? m.conflicts : m.errors)
         .increment();
-    return outcome;
+    return;
   }
   switch (*outcome) {
     case Outcome::kApplied:
@@ -148,8 +170,12 @@ absl::StatusOr<Outcome> Ledger::apply(Connection& conn, const PaymentEvent& even
     case Outcome::kInsufficientFunds:
       m.insufficient_funds.increment();
       break;
+    case Outcome::kRefused:
+      m.refused.increment();
+      break;
   }
-  return outcome;
+  // The database accepted the asset: a registered one, so the label is bounded.
+  m.count_for_asset(asset ? asset->code() : std::string_view("default"), to_string(*outcome));
 }
 
 absl::StatusOr<Outcome> Ledger::apply_unmeasured(Connection& conn,
@@ -158,10 +184,12 @@ absl::StatusOr<Outcome> Ledger::apply_unmeasured(Connection& conn,
 
   const std::string_view type = to_string(event.type);
   const std::string key = idempotency_key(event.event_id, type);
+  // The asset is compared beside the fingerprint (v1 records had none).
   const std::string fingerprint = payload_fingerprint(event.user_id, event.amount, type);
   const Params timeouts(lock_timeout_text_, statement_timeout_text_);
-  const Params apply(event.event_id, type, event.user_id, event.amount, key, fingerprint,
-                     options_.write_notifications);
+  const Params apply(event.event_id, type, event.user_id,
+                     event.asset ? Param(event.asset->code()) : Param(), event.amount, key,
+                     fingerprint, options_.write_notifications);
   const std::array<Statement, 2> batch = {Statement{timeouts_sql_, timeouts.span()},
                                           Statement{apply_sql_, apply.span()}};
 
@@ -204,30 +232,187 @@ absl::StatusOr<Outcome> Ledger::apply_unmeasured(Connection& conn,
                                                 : Outcome::kInsufficientFunds;
 }
 
+absl::StatusOr<HoldResult> Ledger::run_hold_step(Connection& conn, std::string_view sql,
+                                                 std::span<const Param> params,
+                                                 std::string_view what, std::string_view id) const {
+  const Params timeouts(lock_timeout_text_, statement_timeout_text_);
+  const std::array<Statement, 2> batch = {Statement{timeouts_sql_, timeouts.span()},
+                                          Statement{sql, params}};
+  absl::StatusOr<Result> r = conn.execute_atomically(batch);
+  if (!r.ok()) {
+    // Keyed by the hold: running a step again answers what happened.
+    absl::Status status = mark_idempotent(internal::interpret_ledger_error(r.status()));
+    if (sqlstate(status) == internal::kConflictingReplay) {
+      raise_alert(AlertSeverity::kCritical, fmt::format("conflicting_replay:{}", id),
+                  internal::to_std(status.message()));
+    }
+    return status;
+  }
+  absl::StatusOr<Row> row = r->single_row(what);
+  if (!row.ok()) return row.status();
+  auto read = row->read<Outcome, HoldState>();
+  if (!read.ok()) return read.status();
+  const auto [outcome, state] = *read;
+  if (outcome == Outcome::kRefused) {
+    // A post the hold no longer allows: funds may have left custody while
+    // the ledger released them (expired, voided). Someone must look.
+    raise_alert(AlertSeverity::kCritical, fmt::format("hold_refused:{}", id),
+                fmt::format("{} of hold {} refused: the hold is {}", what, id, to_string(state)));
+  }
+  return HoldResult{.outcome = outcome, .state = state};
+}
+
+absl::StatusOr<HoldResult> Ledger::hold(Connection& conn, const HoldRequest& request) const {
+  const absl::Time start = options_.metrics != nullptr ? absl::Now() : absl::Time();
+  const PaymentEvent as_event{.event_id = request.event_id,
+                              .type = EventType::kWithdrawalRequested,
+                              .user_id = request.user_id,
+                              .amount = request.amount};
+  absl::Status valid = validate_event(as_event);
+  if (valid.ok() && request.fee.is_negative()) {
+    valid = absl::InvalidArgumentError("fee must not be negative");
+  }
+  if (valid.ok() && request.expires_in < absl::ZeroDuration()) {
+    valid = absl::InvalidArgumentError("expires_in must not be negative");
+  }
+  if (!valid.ok()) return valid;
+  // The hold's content, for telling a replay from a conflict.
+  const std::string fingerprint =
+      idempotency_key({"hold", std::to_string(request.user_id), request.amount.to_string(),
+                       request.fee.to_string()});
+  const Params params(request.event_id, request.user_id,
+                      request.asset ? Param(request.asset->code()) : Param(), request.amount,
+                      request.fee, request.expires_in, fingerprint, options_.write_notifications);
+  absl::StatusOr<HoldResult> r = run_hold_step(conn, hold_sql_, params, "hold", request.event_id);
+  record(start, r.ok() ? absl::StatusOr<Outcome>(r->outcome) : r.status(), request.asset);
+  return r;
+}
+
+absl::StatusOr<HoldResult> Ledger::post(Connection& conn, const PostRequest& request) const {
+  const absl::Time start = options_.metrics != nullptr ? absl::Now() : absl::Time();
+  if (absl::Status s = check_hold_id(request.hold_id); !s.ok()) return s;
+  if ((request.amount && (request.amount->is_zero() || request.amount->is_negative())) ||
+      (request.fee && request.fee->is_negative())) {
+    return absl::InvalidArgumentError("a post captures an amount > 0 and a fee >= 0");
+  }
+  const Params params(request.hold_id, null_if_empty(request.event_id), request.user_id,
+                      request.amount, request.fee, options_.write_notifications);
+  absl::StatusOr<HoldResult> r = run_hold_step(conn, post_sql_, params, "post", request.hold_id);
+  record(start, r.ok() ? absl::StatusOr<Outcome>(r->outcome) : r.status(), std::nullopt);
+  return r;
+}
+
+absl::StatusOr<HoldResult> Ledger::void_hold(Connection& conn, const VoidRequest& request) const {
+  const absl::Time start = options_.metrics != nullptr ? absl::Now() : absl::Time();
+  if (absl::Status s = check_hold_id(request.hold_id); !s.ok()) return s;
+  const Params params(request.hold_id, null_if_empty(request.event_id), request.user_id,
+                      options_.write_notifications);
+  absl::StatusOr<HoldResult> r = run_hold_step(conn, void_sql_, params, "void", request.hold_id);
+  record(start, r.ok() ? absl::StatusOr<Outcome>(r->outcome) : r.status(), std::nullopt);
+  return r;
+}
+
+absl::StatusOr<int> Ledger::expire_holds(Connection& conn, int limit) const {
+  absl::StatusOr<Result> r = conn.execute(
+      options_.schema.qualify("SELECT * FROM {schema}.expire_holds($1::int, $2::boolean)"),
+      Params(limit, options_.write_notifications));
+  if (!r.ok()) return mark_idempotent(r.status());  // a state compare-and-set: safe to rerun
+  if (options_.metrics != nullptr) {
+    options_.metrics->holds_expired.increment(static_cast<std::uint64_t>(r->rows.size()));
+  }
+  return static_cast<int>(r->rows.size());
+}
+
+absl::StatusOr<Hold> Ledger::find_hold(Connection& conn, std::string_view hold_id) const {
+  absl::StatusOr<Result> r = conn.execute(
+      options_.schema.qualify("SELECT event_id, user_id, asset, amount, fee, state, expires_at, "
+                              "posted_amount, posted_fee FROM {schema}.holds WHERE event_id = $1"),
+      Params(hold_id));
+  if (!r.ok()) return r.status();
+  if (r->rows.empty()) return absl::NotFoundError(fmt::format("no hold {}", hold_id));
+  auto read = r->row(0)
+                  .read<std::string, std::int64_t, std::string, Amount, Amount, HoldState,
+                        absl::Time, std::optional<Amount>, std::optional<Amount>>();
+  if (!read.ok()) return read.status();
+  auto& [id, user, asset, amount, fee, state, expires, posted_amount, posted_fee] = *read;
+  absl::StatusOr<AssetCode> code = AssetCode::create(asset);
+  if (!code.ok())
+    return absl::InternalError(fmt::format("hold {}: {}", id, code.status().message()));
+  return Hold{.event_id = std::move(id),
+              .user_id = user,
+              .asset = *code,
+              .amount = amount,
+              .fee = fee,
+              .state = state,
+              .expires_at = expires,
+              .posted_amount = posted_amount,
+              .posted_fee = posted_fee};
+}
+
+Amount Account::available() const {
+  absl::StatusOr<Amount> a = balance.checked_sub(held);
+  return a.ok() ? *a : Amount();  // held <= balance is a CHECK; both are NUMERIC(38,18)
+}
+
 absl::Status Ledger::open_account(Connection& conn, std::int64_t user_id,
-                                  const Amount& initial_balance) const {
+                                  const Amount& initial_balance,
+                                  std::optional<AssetCode> asset) const {
+  if (user_id <= 0) {
+    return absl::InvalidArgumentError(fmt::format("user_id must be positive, got {}", user_id));
+  }
   if (initial_balance.is_negative()) {
     return absl::InvalidArgumentError("initial_balance must not be negative");
   }
-  absl::StatusOr<Result> r =
-      conn.execute(options_.schema.qualify(
-                       "INSERT INTO {schema}.users (id, balance, initial_balance) "
-                       "VALUES ($1::bigint, $2::numeric, $2::numeric) ON CONFLICT DO NOTHING"),
-                   Params(user_id, initial_balance));
-  if (!r.ok()) return r.status();
-  if (r->affected_rows == 0) {
-    return absl::AlreadyExistsError(fmt::format("user {} already exists", user_id));
-  }
-  return absl::OkStatus();
+  absl::StatusOr<Result> r = conn.execute(
+      options_.schema.qualify("SELECT * FROM {schema}.open_account($1::bigint, $2, $3::numeric)"),
+      Params(user_id, asset ? Param(asset->code()) : Param(), initial_balance));
+  // Keyed by its content: opening the same account again is the same answer.
+  if (!r.ok()) return mark_idempotent(internal::interpret_ledger_error(r.status()));
+  absl::StatusOr<Row> row = r->single_row("open_account");
+  if (!row.ok()) return row.status();
+  auto read = row->read<bool, Amount, std::string>();
+  if (!read.ok()) return read.status();
+  const auto& [opened, existing, code] = *read;
+  if (opened || existing == initial_balance) return absl::OkStatus();
+  return absl::AlreadyExistsError(
+      fmt::format("account of user {} in {} exists with initial balance {}, not {}", user_id, code,
+                  existing.to_string(), initial_balance.to_string()));
 }
 
-absl::StatusOr<Amount> Ledger::balance(Connection& conn, std::int64_t user_id) const {
+absl::StatusOr<Account> Ledger::account(Connection& conn, std::int64_t user_id,
+                                        std::optional<AssetCode> asset) const {
   absl::StatusOr<Result> r = conn.execute(
-      options_.schema.qualify("SELECT balance FROM {schema}.users WHERE id = $1::bigint"),
-      Params(user_id));
-  if (!r.ok()) return r.status();
-  if (r->rows.empty()) return absl::NotFoundError(fmt::format("user {} not found", user_id));
-  return read_single<Amount>(*r, "balance");
+      options_.schema.qualify(
+          "SELECT a.asset, a.balance, a.held, a.initial_balance FROM {schema}.accounts a "
+          "WHERE a.user_id = $1::bigint AND a.asset = ({schema}.asset_for($2)).code"),
+      Params(user_id, asset ? Param(asset->code()) : Param()));
+  if (!r.ok()) return internal::interpret_ledger_error(r.status());
+  if (r->rows.empty()) {
+    return absl::NotFoundError(fmt::format("no account of user {} in {}", user_id,
+                                           asset ? asset->code() : "the default asset"));
+  }
+  auto read = r->row(0).read<std::string, Amount, Amount, Amount>();
+  if (!read.ok()) return read.status();
+  const auto& [code, balance, held, initial] = *read;
+  absl::StatusOr<AssetCode> checked = AssetCode::create(code);
+  if (!checked.ok()) return absl::InternalError(std::string(checked.status().message()));
+  return Account{.user_id = user_id,
+                 .asset = *checked,
+                 .balance = balance,
+                 .held = held,
+                 .initial_balance = initial};
+}
+
+absl::StatusOr<Amount> Ledger::balance(Connection& conn, std::int64_t user_id,
+                                       std::optional<AssetCode> asset) const {
+  absl::StatusOr<Account> a = account(conn, user_id, asset);
+  if (!a.ok()) {
+    if (a.status().code() == absl::StatusCode::kNotFound && !asset) {
+      return absl::NotFoundError(fmt::format("user {} not found", user_id));
+    }
+    return a.status();
+  }
+  return a->balance;
 }
 
 absl::StatusOr<std::vector<BalanceMismatch>> Ledger::find_balance_mismatches(

@@ -20,11 +20,15 @@ constexpr std::string_view kQueueHelp = "Events not yet final, by status (read f
 }  // namespace
 
 LedgerMetrics::LedgerMetrics(MetricsRegistry& r)
-    : applied(r.counter(kOutcomes, kOutcomesHelp, {{"outcome", "applied"}})),
+    : registry(r),
+      applied(r.counter(kOutcomes, kOutcomesHelp, {{"outcome", "applied"}})),
       duplicates(r.counter(kOutcomes, kOutcomesHelp, {{"outcome", "duplicate"}})),
       insufficient_funds(r.counter(kOutcomes, kOutcomesHelp, {{"outcome", "insufficient_funds"}})),
       conflicts(r.counter(kOutcomes, kOutcomesHelp, {{"outcome", "conflict"}})),
       errors(r.counter(kOutcomes, kOutcomesHelp, {{"outcome", "error"}})),
+      refused(r.counter(kOutcomes, kOutcomesHelp, {{"outcome", "refused"}})),
+      holds_expired(r.counter("idemledger_holds_expired_total",
+                              "Holds the sweeper released past their expiry.")),
       apply_duration(r.histogram("idemledger_apply_duration_seconds",
                                  "One Ledger call (one transaction), measured by the client.",
                                  default_latency_buckets())),
@@ -48,7 +52,29 @@ LedgerMetrics::LedgerMetrics(MetricsRegistry& r)
       dead_letters_open(
           r.gauge("idemledger_dead_letters_open", "Dead letters no operator has resolved yet.")),
       last_reconciliation(r.gauge("idemledger_last_reconciliation_timestamp_seconds",
-                                  "Unix time the last reconciliation run finished; 0 if none.")) {}
+                                  "Unix time the last reconciliation run finished; 0 if none.")),
+      holds_open(r.gauge("idemledger_holds_open", "Holds reserving funds now.")),
+      holds_overdue(r.gauge("idemledger_holds_overdue",
+                            "Holds still reserving funds past their expiry (sweeper behind).")) {}
+
+void LedgerMetrics::count_for_asset(std::string_view asset, std::string_view outcome) {
+  std::string label(asset);
+  {
+    MutexLock lock(&mu_);
+    if (!assets_seen_.contains(label)) {
+      if (assets_seen_.size() >= kMaxAssets) {
+        label = "other";
+      } else {
+        assets_seen_.insert(label);
+      }
+    }
+  }
+  registry
+      .counter("idemledger_asset_outcomes_total",
+               "Ledger calls the database accepted, by asset and outcome.",
+               {{"asset", label}, {"outcome", std::string(outcome)}})
+      .increment();
+}
 
 absl::Status refresh_queue_gauges(Connection& conn, const Schema& schema, LedgerMetrics& metrics) {
   // Each count uses its partial index; terminal rows are never scanned.
@@ -58,13 +84,16 @@ absl::Status refresh_queue_gauges(Connection& conn, const Schema& schema, Ledger
       "(SELECT count(*) FROM {schema}.payment_events WHERE status = 'processing'), "
       "(SELECT count(*) FROM {schema}.dead_letter_queue WHERE resolved_at IS NULL), "
       "(SELECT coalesce(extract(epoch FROM max(finished_at))::bigint, 0) "
-      "FROM {schema}.reconciliation_runs)"));
+      "FROM {schema}.reconciliation_runs), "
+      "(SELECT count(*) FROM {schema}.holds WHERE state = 'held'), "
+      "(SELECT count(*) FROM {schema}.holds WHERE state = 'held' AND expires_at < now())"));
   if (!r.ok()) return r.status();
   absl::StatusOr<Row> row = r->single_row("refresh_queue_gauges");
   if (!row.ok()) return row.status();
-  const std::array<Gauge*, 5> gauges = {&metrics.queue_pending, &metrics.queue_enqueued,
-                                        &metrics.queue_processing, &metrics.dead_letters_open,
-                                        &metrics.last_reconciliation};
+  const std::array<Gauge*, 7> gauges = {&metrics.queue_pending,       &metrics.queue_enqueued,
+                                        &metrics.queue_processing,    &metrics.dead_letters_open,
+                                        &metrics.last_reconciliation, &metrics.holds_open,
+                                        &metrics.holds_overdue};
   for (std::size_t i = 0; i < gauges.size(); ++i) {
     absl::StatusOr<std::int64_t> v = row->get<std::int64_t>(i);
     if (!v.ok()) return v.status();

@@ -7,6 +7,8 @@
 
 #include "idemledger/core/connection.hpp"
 #include "idemledger/core/event_status.hpp"
+#include "idemledger/ledger/asset.hpp"
+#include "idemledger/ledger/hold.hpp"
 #include "idemledger/ledger/idempotency_key.hpp"
 #include "src/core/internal/absl_compat.hpp"
 #include "src/ledger/internal/ddl_lock.hpp"
@@ -70,6 +72,11 @@ const std::vector<Migration>& migrations() {
        {
 #include "src/ledger/migrations/0009_dead_letter_append.inc"
        }},
+      {10,
+       "assets_and_postings",
+       {
+#include "src/ledger/migrations/0010_assets_and_postings.inc"
+       }},
   };
   return all;
 }
@@ -82,32 +89,57 @@ absl::Status check(const absl::StatusOr<Result>& r, std::string_view what) {
                       fmt::format("migrate: {}: {}", what, r.status().message()));
 }
 
-// Keeps the database's copy of the FSM equal to kValidTransitions plus
-// kOperatorTransitions (marked operator_only), on every run.
-absl::Status sync_transitions(Connection& conn, const Schema& schema) {
+// Keeps a database copy of a state machine equal to the library's table, on
+// every run: `edges` as (from, to, operator_only) texts into `table`.
+struct Edges {
   std::string from = "{", to = "{", operator_only = "{";
-  const auto add = [&](EventStatus f, EventStatus t, bool by_operator) {
+  template <typename S>
+  void add(S f, S t, bool by_operator) {
     const char* sep = from.size() > 1 ? "," : "";
     fmt::format_to(std::back_inserter(from), "{}{}", sep, to_string(f));
     fmt::format_to(std::back_inserter(to), "{}{}", sep, to_string(t));
     fmt::format_to(std::back_inserter(operator_only), "{}{}", sep, by_operator);
-  };
-  for (const auto& [f, t] : kValidTransitions) add(f, t, false);
-  for (const auto& [f, t] : kOperatorTransitions) add(f, t, true);
-  from += "}";
-  to += "}";
-  operator_only += "}";
-  if (absl::Status s = check(conn.execute(schema.qualify("DELETE FROM {schema}.event_transitions")),
-                             "clear event_transitions");
+  }
+  void close() {
+    from += "}";
+    to += "}";
+    operator_only += "}";
+  }
+};
+
+absl::Status copy_edges(Connection& conn, const Schema& schema, std::string_view table,
+                        std::string_view columns, Edges edges, bool with_operator_flag) {
+  edges.close();
+  if (absl::Status s =
+          check(conn.execute(schema.qualify(fmt::format("DELETE FROM {{schema}}.{}", table))),
+                fmt::format("clear {}", table));
       !s.ok()) {
     return s;
   }
-  return check(conn.execute(schema.qualify("INSERT INTO {schema}.event_transitions "
-                                           "(from_status, to_status, operator_only) "
-                                           "SELECT * FROM unnest($1::text[], $2::text[], "
-                                           "$3::boolean[])"),
-                            Params(from, to, operator_only)),
-               "fill event_transitions");
+  const std::string sql = schema.qualify(
+      fmt::format("INSERT INTO {{schema}}.{} ({}) SELECT * FROM unnest($1::text[], $2::text[]{})",
+                  table, columns, with_operator_flag ? ", $3::boolean[]" : ""));
+  absl::StatusOr<Result> r =
+      with_operator_flag ? conn.execute(sql, Params(edges.from, edges.to, edges.operator_only))
+                         : conn.execute(sql, Params(edges.from, edges.to));
+  return check(r, fmt::format("fill {}", table));
+}
+
+// The event FSM (kValidTransitions, plus kOperatorTransitions marked
+// operator_only) and, from version 10, the hold FSM (kHoldTransitions).
+absl::Status sync_transitions(Connection& conn, const Schema& schema, int version) {
+  Edges events;
+  for (const auto& [f, t] : kValidTransitions) events.add(f, t, false);
+  for (const auto& [f, t] : kOperatorTransitions) events.add(f, t, true);
+  if (absl::Status s = copy_edges(conn, schema, "event_transitions",
+                                  "from_status, to_status, operator_only", events, true);
+      !s.ok()) {
+    return s;
+  }
+  if (version < 10) return absl::OkStatus();
+  Edges holds;
+  for (const auto& [f, t] : kHoldTransitions) holds.add(f, t, false);
+  return copy_edges(conn, schema, "hold_transitions", "from_state, to_state", holds, false);
 }
 
 // Refuses a database whose recorded text of a version is not this library's;
@@ -172,6 +204,21 @@ absl::StatusOr<int> current_schema_version(Connection& conn, const Schema& schem
 }
 
 absl::Status migrate(Connection& conn, const Schema& schema) {
+  return migrate(conn, MigrateOptions{.schema = schema});
+}
+
+absl::Status migrate(Connection& conn, const MigrateOptions& options) {
+  const Schema& schema = options.schema;
+  absl::StatusOr<AssetCode> default_asset = AssetCode::create(options.default_asset);
+  if (!default_asset.ok()) return default_asset.status();
+  if (options.default_asset_decimals < 0 || options.default_asset_decimals > Amount::kScale) {
+    return absl::InvalidArgumentError(fmt::format(
+        "migrate: default_asset_decimals must be 0..18, got {}", options.default_asset_decimals));
+  }
+  const int target = options.target_version > 0 ? options.target_version : latest_schema_version();
+  if (target > latest_schema_version()) {
+    return absl::InvalidArgumentError(fmt::format("migrate: no version {}", target));
+  }
   absl::StatusOr<Transaction> tx = Transaction::begin(conn);
   if (!tx.ok()) return tx.status();
   if (absl::Status s = internal::lock_schema_ddl(conn, schema); !s.ok()) {
@@ -194,8 +241,19 @@ absl::Status migrate(Connection& conn, const Schema& schema) {
                     schema.name(), *current, latest_schema_version()));
   }
   if (absl::Status s = verify_checksums(conn, schema, *current); !s.ok()) return s;
+  // What migration 10 reads when it creates the default asset; transaction-
+  // scoped, so nothing leaks into the session.
+  if (absl::Status s =
+          check(conn.execute("SELECT set_config('idemledger.default_asset', $1, true), "
+                             "set_config('idemledger.default_asset_decimals', $2, "
+                             "true)",
+                             Params(default_asset->code(), options.default_asset_decimals)),
+                "settings");
+      !s.ok()) {
+    return s;
+  }
   for (const Migration& m : migrations()) {
-    if (m.version <= *current) continue;
+    if (m.version <= *current || m.version > target) continue;
     for (std::string_view statement : m.statements) {
       if (absl::Status s =
               check(conn.execute(schema.qualify(statement)), fmt::format("version {}", m.version));
@@ -211,7 +269,9 @@ absl::Status migrate(Connection& conn, const Schema& schema) {
       return s;
     }
   }
-  if (absl::Status s = sync_transitions(conn, schema); !s.ok()) return s;
+  if (absl::Status s = sync_transitions(conn, schema, std::max(*current, target)); !s.ok()) {
+    return s;
+  }
   return tx->commit();
 }
 

@@ -19,16 +19,19 @@ absl::StatusOr<HealthReport> check_health(Connection& conn, const MonitorOptions
           "'1 hour'),"
           " (SELECT count(*) FROM {schema}.processed_events WHERE outcome = 'pending'"
           "   AND created_at < now() - $3::bigint * interval '1 millisecond'),"
-          " {schema}.next_month_partition_missing()"),
+          " {schema}.next_month_partition_missing(),"
+          " (SELECT count(*) FROM {schema}.holds WHERE state = 'held'"
+          "   AND expires_at < now() - $4::bigint * interval '1 millisecond')"),
       Params(options.processing_zombie_after, options.queued_zombie_after,
-             options.stuck_record_after));
+             options.stuck_record_after, options.overdue_hold_after));
   if (!r.ok()) return r.status();
   absl::StatusOr<Row> row = r->single_row("check_health");
   if (!row.ok()) return row.status();
   HealthReport h;
   for (const auto& [column, field] :
        {std::pair{0, &h.zombie_processing}, std::pair{1, &h.zombie_queued},
-        std::pair{2, &h.dead_letters_last_hour}, std::pair{3, &h.stuck_idempotency_records}}) {
+        std::pair{2, &h.dead_letters_last_hour}, std::pair{3, &h.stuck_idempotency_records},
+        std::pair{5, &h.overdue_holds}}) {
     absl::StatusOr<std::int64_t> v = row->get<std::int64_t>(column);
     if (!v.ok()) return v.status();
     *field = *v;
@@ -54,6 +57,12 @@ absl::StatusOr<HealthReport> check_health(Connection& conn, const MonitorOptions
     raise("partition_missing",
           "no partition for next month: its rows will be refused; run "
           "ensure_monthly_partitions (idemledger-admin partitions)");
+  }
+  if (h.overdue_holds > 0) {
+    raise("overdue_holds",
+          fmt::format("{} holds still reserve funds more than {} past their expiry: is the hold "
+                      "sweeper (Ledger::expire_holds) running?",
+                      h.overdue_holds, absl::FormatDuration(options.overdue_hold_after)));
   }
   if (h.dlq_flood) {
     raise("dlq_flood", fmt::format("{} dead letters in the last hour (threshold {})",

@@ -30,6 +30,7 @@ absl::Status Reconciler::check_batch(Connection& conn, std::string_view users_sq
     return s;
   }
   report.users_checked += check.users_checked;
+  report.accounts_checked += check.accounts_checked;
   report.last_user_id = check.last_user_id;
   for (BalanceMismatch& m : check.mismatches) report.mismatches.push_back(std::move(m));
   return find_duplicates(conn, users_sql, params, report);
@@ -57,6 +58,23 @@ absl::Status Reconciler::find_duplicates(Connection& conn, std::string_view user
   return absl::OkStatus();
 }
 
+absl::Status Reconciler::find_imbalances(Connection& conn, ReconcileReport& report) const {
+  absl::StatusOr<Transaction> tx = Transaction::begin(conn, IsolationLevel::kRepeatableRead);
+  if (!tx.ok()) return tx.status();
+  absl::StatusOr<Result> r = conn.execute(options_.schema.qualify(
+      "SELECT asset, sum(amount) FROM (SELECT asset, amount FROM {schema}.balance_events "
+      "UNION ALL SELECT asset, amount FROM {schema}.system_entries) legs "
+      "GROUP BY asset HAVING sum(amount) <> 0 ORDER BY asset"));
+  if (!r.ok()) return r.status();
+  for (std::size_t i = 0; i < r->rows.size(); ++i) {
+    auto read = r->row(i).read<std::string, Amount>();
+    if (!read.ok()) return read.status();
+    report.imbalances.push_back(
+        {.asset = std::get<0>(*read), .sum = std::get<1>(*read).to_string()});
+  }
+  return tx->commit();
+}
+
 absl::Status Reconciler::finish(Connection& conn, std::string_view kind, absl::Time started,
                                 const ReconcileReport& report) const {
   emit_log(options_.log, report.clean() ? LogLevel::kInfo : LogLevel::kError, "reconciliation", "",
@@ -75,24 +93,31 @@ absl::Status Reconciler::finish(Connection& conn, std::string_view kind, absl::T
     AlertSink& sink = alert_sink_or_default(options_.alerts);
     const std::string key = fmt::format("reconciliation_mismatch:{}", kind);
     std::string message = fmt::format(
-        "reconciliation ({}): {} of {} users out of balance, {} duplicate ledger entries", kind,
-        report.mismatches.size(), report.users_checked, report.duplicates.size());
+        "reconciliation ({}): {} of {} accounts out of balance, {} duplicate ledger entries, {} "
+        "assets not summing to zero",
+        kind, report.mismatches.size(), report.accounts_checked, report.duplicates.size(),
+        report.imbalances.size());
     for (std::size_t i = 0; i < std::min<std::size_t>(report.mismatches.size(), 10); ++i) {
       const BalanceMismatch& m = report.mismatches[i];
-      message += fmt::format("; user {} has {} expected {}", m.user_id, m.balance, m.expected);
+      message += fmt::format("; user {} {} has {} (held {}) expected {} (held {})", m.user_id,
+                             m.asset, m.balance, m.held, m.expected, m.expected_held);
+    }
+    for (const AssetImbalance& a : report.imbalances) {
+      message += fmt::format("; {} entries sum to {}", a.asset, a.sum);
     }
     sink.alert({.severity = AlertSeverity::kCritical, .key = key, .message = message});
   }
   const std::string started_text =
       absl::FormatTime(absl::RFC3339_full, started, absl::UTCTimeZone());
   return conn
-      .execute(options_.schema.qualify(
-                   "INSERT INTO {schema}.reconciliation_runs "
-                   "(kind, started_at, users_checked, mismatches, duplicates) "
-                   "VALUES ($1, $2::timestamptz, $3::bigint, $4::bigint, $5::bigint)"),
-               Params(kind, started_text, report.users_checked,
-                      static_cast<std::int64_t>(report.mismatches.size()),
-                      static_cast<std::int64_t>(report.duplicates.size())))
+      .execute(
+          options_.schema.qualify(
+              "INSERT INTO {schema}.reconciliation_runs "
+              "(kind, started_at, users_checked, mismatches, duplicates) "
+              "VALUES ($1, $2::timestamptz, $3::bigint, $4::bigint, $5::bigint)"),
+          Params(kind, started_text, report.users_checked,
+                 static_cast<std::int64_t>(report.mismatches.size() + report.imbalances.size()),
+                 static_cast<std::int64_t>(report.duplicates.size())))
       .status();
 }
 
@@ -105,8 +130,10 @@ absl::StatusOr<ReconcileReport> Reconciler::hot_path(Connection& conn,
     if (!tx.ok()) return tx.status();
     const Params params(window);
     const std::string touched = options_.schema.qualify(
-        "SELECT DISTINCT user_id AS id FROM {schema}.balance_events "
-        "WHERE created_at > now() - $1::bigint * interval '1 millisecond'");
+        "SELECT user_id AS id FROM {schema}.balance_events "
+        "WHERE created_at > now() - $1::bigint * interval '1 millisecond' "
+        "UNION SELECT user_id FROM {schema}.holds "
+        "WHERE updated_at > now() - $1::bigint * interval '1 millisecond'");
     if (absl::Status s = check_batch(conn, touched, params, report); !s.ok()) return s;
     if (absl::Status s = tx->commit(); !s.ok()) return s;
   }
@@ -130,6 +157,7 @@ absl::StatusOr<ReconcileReport> Reconciler::full(Connection& conn,
     if (absl::Status s = tx->commit(); !s.ok()) return s;
     if (report.users_checked - checked_before < options_.batch_users) break;
   }
+  if (absl::Status s = find_imbalances(conn, report); !s.ok()) return s;
   if (absl::Status s = finish(conn, "full", started, report); !s.ok()) return s;
   return report;
 }

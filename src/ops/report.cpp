@@ -42,24 +42,63 @@ absl::StatusOr<StatusReport> status_report(Connection& conn, const MonitorOption
 
 absl::StatusOr<std::vector<StatsRow>> ledger_stats(Connection& conn, const Schema& schema) {
   absl::StatusOr<Result> r = conn.execute(schema.qualify(
-      "SELECT 'event ' || event_type || ' ' || status, count(*), sum(amount) "
+      "SELECT 'event ' || event_type || ' ' || asset || ' ' || status, count(*), sum(amount) "
       "FROM {schema}.payment_events GROUP BY 1 "
       "UNION ALL SELECT 'outcome ' || outcome, count(*), NULL FROM {schema}.processed_events "
       "GROUP BY 1 "
-      "UNION ALL SELECT 'ledger entries', count(*), coalesce(sum(amount), 0) "
-      "FROM {schema}.balance_events "
-      "UNION ALL SELECT 'users', count(*), coalesce(sum(balance), 0) FROM {schema}.users "
+      "UNION ALL SELECT 'entries user ' || asset, count(*), sum(amount) "
+      "FROM {schema}.balance_events GROUP BY 1 "
+      "UNION ALL SELECT 'entries ' || account || ' ' || asset, count(*), sum(amount) "
+      "FROM {schema}.system_entries GROUP BY 1 "
+      "UNION ALL SELECT 'accounts ' || asset, count(*), sum(balance) FROM {schema}.accounts "
+      "GROUP BY 1 "
+      "UNION ALL SELECT 'holds ' || asset || ' ' || state, count(*), sum(amount + fee) "
+      "FROM {schema}.holds GROUP BY 1 "
+      "UNION ALL SELECT 'users', count(*), NULL FROM {schema}.users "
       "ORDER BY 1"));
   if (!r.ok()) return r.status();
   std::vector<StatsRow> rows;
   for (std::size_t i = 0; i < r->rows.size(); ++i) {
-    const Row row = r->row(i);
-    auto read = row.read<std::string, std::int64_t, std::optional<Amount>>();
+    auto read = r->row(i).read<std::string, std::int64_t, std::optional<Amount>>();
     if (!read.ok()) return read.status();
     auto& [what, count, total] = *read;
     rows.push_back({.what = std::move(what), .count = count, .total = total});
   }
   return rows;
+}
+
+absl::StatusOr<std::vector<AssetLiabilities>> liabilities(Connection& conn, const Schema& schema) {
+  absl::StatusOr<Transaction> tx = Transaction::begin(conn, IsolationLevel::kRepeatableRead);
+  if (!tx.ok()) return tx.status();
+  absl::StatusOr<Result> r = conn.execute(schema.qualify(
+      "SELECT s.code, s.decimals, coalesce(a.accounts, 0), coalesce(a.owed, 0), "
+      "       coalesce(a.held, 0), coalesce(e.external, 0), coalesce(e.fees, 0) "
+      "FROM {schema}.assets s "
+      "LEFT JOIN (SELECT asset, count(*) AS accounts, sum(balance) AS owed, sum(held) AS held "
+      "           FROM {schema}.accounts GROUP BY asset) a ON a.asset = s.code "
+      "LEFT JOIN (SELECT asset, sum(amount) FILTER (WHERE account = 'external') AS external, "
+      "                  sum(amount) FILTER (WHERE account = 'fees') AS fees "
+      "           FROM {schema}.system_entries GROUP BY asset) e ON e.asset = s.code "
+      "ORDER BY s.code"));
+  if (!r.ok()) return r.status();
+  std::vector<AssetLiabilities> out;
+  for (std::size_t i = 0; i < r->rows.size(); ++i) {
+    auto read = r->row(i).read<std::string, int, std::int64_t, Amount, Amount, Amount, Amount>();
+    if (!read.ok()) return read.status();
+    auto& [code, decimals, accounts, owed, held, external, fees] = *read;
+    absl::StatusOr<Amount> available = owed.checked_sub(held);
+    if (!available.ok()) return available.status();
+    out.push_back({.asset = std::move(code),
+                   .decimals = decimals,
+                   .accounts = accounts,
+                   .owed = owed,
+                   .held = held,
+                   .available = *available,
+                   .external = external,
+                   .fees = fees});
+  }
+  if (absl::Status s = tx->commit(); !s.ok()) return s;
+  return out;
 }
 
 }  // namespace idemledger

@@ -35,14 +35,28 @@ absl::StatusOr<std::vector<ClaimedEvent>> Dispatcher::claim(Connection& conn) co
   std::vector<ClaimedEvent> claimed;
   claimed.reserve(r->rows.size());
   for (std::size_t i = 0; i < r->rows.size(); ++i) {
-    const Row row = r->row(i);
-    auto read = row.read<std::string, std::int64_t, Amount, EventType, int,
-                         std::optional<std::string>, std::int64_t>();
-    if (!read.ok())
-      return read.status();  // The claim committed: these events come back after their lease.
-    auto& [id, user, amount, type, retries, trace, age_us] = *read;
+    auto read =
+        r->row(i)
+            .read<std::string, std::int64_t, std::optional<Amount>, EventType, int,
+                  std::optional<std::string>, std::int64_t, std::string, std::optional<Amount>,
+                  std::optional<std::string>, std::optional<std::int64_t>>();
+    // The claim committed: events it could not read come back after their lease.
+    if (!read.ok()) return read.status();
+    auto& [id, user, amount, type, retries, trace, age_us, asset, fee, hold_id, expires_ms] = *read;
+    absl::StatusOr<AssetCode> code = AssetCode::create(asset);
+    if (!code.ok())
+      return absl::InternalError(fmt::format("claimed event {}: {}", id, code.status().message()));
     claimed.push_back(
-        {.event = {.event_id = std::move(id), .type = type, .user_id = user, .amount = amount},
+        {.event = {.event_id = std::move(id),
+                   .type = type,
+                   .user_id = user,
+                   .amount = amount.value_or(Amount()),
+                   .asset = *code},
+         .fee = fee,
+         .hold_id = hold_id.value_or(""),
+         .expires_in = expires_ms ? std::optional<absl::Duration>(absl::Milliseconds(*expires_ms))
+                                  : std::nullopt,
+         .has_amount = amount.has_value(),
          .retry_count = retries,
          .trace_id = trace.value_or(""),
          .age_at_claim = absl::Microseconds(age_us),
@@ -77,7 +91,7 @@ absl::StatusOr<Disposition> Dispatcher::process_unmeasured(Connection& conn,
     if (!held.ok()) return held.status();
     if (*held) return **held;
   }
-  absl::StatusOr<Outcome> outcome = ledger_.process_event(conn, claimed.event);
+  absl::StatusOr<Outcome> outcome = apply(conn, claimed);
   if (!outcome.ok()) return record_failure(conn, claimed, outcome.status());
   switch (*outcome) {
     case Outcome::kApplied:
@@ -86,8 +100,48 @@ absl::StatusOr<Disposition> Dispatcher::process_unmeasured(Connection& conn,
       return Disposition::kAlreadyApplied;
     case Outcome::kInsufficientFunds:
       return Disposition::kInsufficientFunds;
+    case Outcome::kRefused:
+      break;  // a hold step the hold no longer allows: apply() said which
   }
   return absl::InternalError("unknown ledger outcome");
+}
+
+absl::StatusOr<Outcome> Dispatcher::apply(Connection& conn, const ClaimedEvent& claimed) const {
+  const PaymentEvent& e = claimed.event;
+  absl::StatusOr<HoldResult> step;
+  switch (e.type) {
+    case EventType::kWithdrawalRequested:
+      step = ledger_.hold(conn, {.event_id = e.event_id,
+                                 .user_id = e.user_id,
+                                 .asset = e.asset,
+                                 .amount = e.amount,
+                                 .fee = claimed.fee.value_or(Amount()),
+                                 .expires_in = claimed.expires_in.value_or(absl::Hours(24))});
+      break;
+    case EventType::kWithdrawalConfirmed:
+      step = ledger_.post(
+          conn, {.hold_id = claimed.hold_id,
+                 .user_id = e.user_id,
+                 .amount = claimed.has_amount ? std::optional<Amount>(e.amount) : std::nullopt,
+                 .fee = claimed.fee,
+                 .event_id = e.event_id});
+      break;
+    case EventType::kWithdrawalFailed:
+      step = ledger_.void_hold(
+          conn, {.hold_id = claimed.hold_id, .user_id = e.user_id, .event_id = e.event_id});
+      break;
+    default:
+      return ledger_.process_event(conn, e);
+  }
+  if (!step.ok()) return step.status();
+  if (step->outcome == Outcome::kRefused) {
+    // The hold is in another final state (the ledger raised the alert): a
+    // permanent failure of this event, with a dead letter for an operator.
+    return absl::FailedPreconditionError(fmt::format("{} of hold {} refused: the hold is {}",
+                                                     to_string(e.type), claimed.hold_id,
+                                                     to_string(step->state)));
+  }
+  return step->outcome;
 }
 
 absl::StatusOr<std::optional<Disposition>> Dispatcher::hold_until_final(
@@ -157,7 +211,8 @@ absl::StatusOr<Disposition> Dispatcher::record_failure(Connection& conn,
           {.event_id = e.event_id,
            .event_type = std::string(to_string(e.type)),
            .user_id = e.user_id,
-           .amount = e.amount.to_string(),
+           .asset = e.asset ? std::string(e.asset->code()) : std::string(),
+           .amount = claimed.has_amount ? e.amount.to_string() : std::string(),
            .reason = "failure_unrecorded",
            .error = fmt::format("{}; recording it failed: {}", error, r.status().ToString()),
            .trace_id = claimed.trace_id});

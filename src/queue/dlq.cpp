@@ -62,8 +62,8 @@ class LockedFile {
 
 nlohmann::json to_json(const DeadLetter& l, std::string_view spool_id) {
   return {{"spool_id", spool_id}, {"event_id", l.event_id}, {"event_type", l.event_type},
-          {"user_id", l.user_id}, {"amount", l.amount},     {"reason", l.reason},
-          {"error", l.error},     {"trace_id", l.trace_id}};
+          {"user_id", l.user_id}, {"asset", l.asset},       {"amount", l.amount},
+          {"reason", l.reason},   {"error", l.error},       {"trace_id", l.trace_id}};
 }
 
 // 128 random bits; the generator is fork-safe, so processes sharing a spool
@@ -127,7 +127,8 @@ absl::StatusOr<int> DeadLetterQueue::drain_spool(Connection& conn) const {
     const DeadLetter l{.event_id = j.value("event_id", ""),
                        .event_type = j.value("event_type", ""),
                        .user_id = j.value("user_id", std::int64_t{0}),
-                       .amount = j.value("amount", "0"),
+                       .asset = j.value("asset", ""),
+                       .amount = j.value("amount", ""),
                        .reason = j.value("reason", ""),
                        .error = j.value("error", ""),
                        .trace_id = j.value("trace_id", "")};
@@ -182,12 +183,20 @@ absl::StatusOr<DeadLetterQueue::ReplayResult> DeadLetterQueue::replay(
     absl::StatusOr<EventType> type = row->get<EventType>(2);
     absl::StatusOr<std::int64_t> user = row->get<std::int64_t>(3);
     absl::StatusOr<Amount> amount = row->get<Amount>(4);
-    if (!type.ok() || !user.ok() || !amount.ok() || amount->is_negative() || amount->is_zero()) {
+    absl::StatusOr<std::string> asset = row->get<std::string>(6);
+    absl::StatusOr<AssetCode> code = asset.ok() ? AssetCode::create(*asset) : asset.status();
+    if (!type.ok() || !user.ok() || !amount.ok() || !code.ok() || amount->is_negative() ||
+        amount->is_zero()) {
       return absl::FailedPreconditionError(fmt::format(
-          "dead letter {} has no queued event and no readable type, user or amount to apply", id));
+          "dead letter {} has no queued event and no readable type, user, asset or amount to "
+          "apply",
+          id));
     }
-    const PaymentEvent event{
-        .event_id = result.event_id, .type = *type, .user_id = *user, .amount = *amount};
+    const PaymentEvent event{.event_id = result.event_id,
+                             .type = *type,
+                             .user_id = *user,
+                             .amount = *amount,
+                             .asset = *code};
     absl::StatusOr<Outcome> outcome = ledger.process_event(conn, event);
     if (!outcome.ok()) {
       return absl::Status(outcome.status().code(),
@@ -204,24 +213,25 @@ namespace {
 
 constexpr std::string_view kRecordColumns =
     "d.id, d.event_id, d.event_type, d.user_id, d.amount, d.reason, d.error, d.trace_id, "
-    "d.attempt, d.created_at, d.resolution, e.status, e.retry_count, e.recovery_count "
+    "d.attempt, d.created_at, d.resolution, e.status, e.retry_count, e.recovery_count, d.asset "
     "FROM {schema}.dead_letter_queue d "
     "LEFT JOIN {schema}.payment_events e ON e.event_id = d.event_id ";
 
 absl::StatusOr<DeadLetterQueue::Record> read_record(const Row& row) {
   DeadLetterQueue::Record r;
-  auto read =
-      row.read<std::int64_t, std::string, std::string, std::int64_t, Amount, std::string,
-               std::string, std::optional<std::string>, int, absl::Time, std::optional<std::string>,
-               std::optional<EventStatus>, std::optional<int>, std::optional<int>>();
+  auto read = row.read<std::int64_t, std::string, std::string, std::int64_t, std::optional<Amount>,
+                       std::string, std::string, std::optional<std::string>, int, absl::Time,
+                       std::optional<std::string>, std::optional<EventStatus>, std::optional<int>,
+                       std::optional<int>, std::string>();
   if (!read.ok()) return read.status();
   auto& [id, event_id, event_type, user, amount, reason, error, trace, attempt, created, resolution,
-         status, retries, recoveries] = *read;
+         status, retries, recoveries, asset] = *read;
   r.id = id;
   r.letter = {.event_id = std::move(event_id),
               .event_type = std::move(event_type),
               .user_id = user,
-              .amount = amount.to_string(),
+              .asset = std::move(asset),
+              .amount = amount ? amount->to_string() : std::string(),
               .reason = std::move(reason),
               .error = std::move(error),
               .trace_id = trace.value_or("")};

@@ -13,9 +13,11 @@
 
 #include "idemledger/core/connection.hpp"
 #include "idemledger/core/status.hpp"
+#include "idemledger/ledger/asset.hpp"
 #include "idemledger/ledger/ledger.hpp"
 #include "src/core/internal/absl_compat.hpp"
 #include "src/core/internal/text.hpp"
+#include "src/ledger/internal/contract.hpp"
 #include "src/ledger/internal/sqlstates.hpp"
 
 namespace idemledger {
@@ -99,6 +101,25 @@ absl::StatusOr<std::string> bounded_string(const nlohmann::json& body, const cha
   return value;
 }
 
+// An amount field: a JSON string Amount::parse accepts (or zero, for a fee).
+absl::StatusOr<std::optional<Amount>> amount_field(const nlohmann::json& body, const char* field,
+                                                   bool required, bool zero_ok = false) {
+  const auto it = body.find(field);
+  if (it == body.end()) {
+    if (required) return bad_payload(fmt::format("\"{}\" is required", field));
+    return std::optional<Amount>();
+  }
+  if (it->is_number()) {
+    return bad_payload(fmt::format(
+        "\"{}\" must be a JSON string, not a number (a number may already be rounded)", field));
+  }
+  if (!it->is_string()) return bad_payload(fmt::format("\"{}\" must be a JSON string", field));
+  const std::string& text = it->get_ref<const std::string&>();
+  absl::StatusOr<Amount> a = zero_ok ? Amount::parse_balance(text) : Amount::parse(text);
+  if (!a.ok()) return bad_payload(fmt::format("\"{}\": {}", field, a.status().message()));
+  return std::optional<Amount>(*a);
+}
+
 }  // namespace
 
 absl::StatusOr<WebhookVerifier> WebhookVerifier::create(std::string secret,
@@ -180,20 +201,55 @@ absl::StatusOr<WebhookEvent> parse_webhook(std::string_view raw_body) {
   const std::optional<EventType> parsed_type = parse_event_type(*type);
   if (!parsed_type || *parsed_type == EventType::kReorgCompensation) {
     return bad_payload(
-        "\"event_type\" must be one of deposit, airdrop, withdrawal, withdrawal_fee");
+        "\"event_type\" must be one of deposit, airdrop, withdrawal, withdrawal_fee, "
+        "withdrawal_requested, withdrawal_confirmed, withdrawal_failed");
   }
   event.type = *parsed_type;
+  const bool settles =
+      event.type == EventType::kWithdrawalConfirmed || event.type == EventType::kWithdrawalFailed;
 
-  const auto amount_field = body.find("amount");
-  if (amount_field == body.end()) return bad_payload("\"amount\" is required");
-  if (amount_field->is_number()) {
-    return bad_payload(
-        "\"amount\" must be a JSON string, not a number (a number may already be rounded)");
-  }
-  if (!amount_field->is_string()) return bad_payload("\"amount\" must be a JSON string");
-  absl::StatusOr<Amount> amount = Amount::parse(amount_field->get_ref<const std::string&>());
-  if (!amount.ok()) return bad_payload(fmt::format("\"amount\": {}", amount.status().message()));
+  // Amounts are strings; a failure carries none, a confirmation may.
+  const bool needs_amount = !settles;
+  const bool may_have_amount = event.type != EventType::kWithdrawalFailed;
+  absl::StatusOr<std::optional<Amount>> amount = amount_field(body, "amount", needs_amount);
+  if (!amount.ok()) return amount.status();
+  if (*amount && !may_have_amount)
+    return bad_payload("\"amount\" is not taken by withdrawal_failed");
   event.amount = *amount;
+  if (event.type == EventType::kWithdrawalRequested ||
+      event.type == EventType::kWithdrawalConfirmed) {
+    absl::StatusOr<std::optional<Amount>> fee = amount_field(body, "fee", false, /*zero_ok=*/true);
+    if (!fee.ok()) return fee.status();
+    event.fee = *fee;
+  }
+
+  // The asset: a code, or where it lives.
+  const bool by_code = body.contains("asset");
+  const bool by_chain = body.contains("chain");
+  if (by_code && by_chain)
+    return bad_payload("name the asset by \"asset\" or by \"chain\", not both");
+  if (by_code) {
+    absl::StatusOr<std::string> code = bounded_string(body, "asset", AssetCode::kMaxLength);
+    if (!code.ok()) return code.status();
+    if (!AssetCode::create(*code).ok()) {
+      return bad_payload("\"asset\" must match [A-Z0-9][A-Z0-9._-]{0,15}");
+    }
+    event.asset = *std::move(code);
+  } else if (by_chain) {
+    absl::StatusOr<std::string> chain = bounded_string(body, "chain", 32);
+    if (!chain.ok()) return chain.status();
+    event.chain = *std::move(chain);
+    if (body.contains("contract")) {
+      absl::StatusOr<std::string> contract = bounded_string(body, "contract", 128);
+      if (!contract.ok()) return contract.status();
+      absl::StatusOr<std::string> normalized = internal::normalize_contract(*contract);
+      if (!normalized.ok())
+        return bad_payload(fmt::format("\"contract\": {}", normalized.status().message()));
+      event.contract = *std::move(normalized);
+    }
+  } else if (body.contains("contract")) {
+    return bad_payload("\"contract\" needs its \"chain\"");
+  }
 
   if (is_credit(event.type)) {
     absl::StatusOr<std::string> address = bounded_string(body, "to_address", kMaxAddressLength);
@@ -205,12 +261,28 @@ absl::StatusOr<WebhookEvent> parse_webhook(std::string_view raw_body) {
       }
       event.tx_hash = hash->get<std::string>();
     }
-  } else {
-    const auto user = body.find("user_id");
-    if (user == body.end() || !user->is_number_integer() || user->get<std::int64_t>() <= 0) {
-      return bad_payload("\"user_id\" must be a positive integer for withdrawals");
+    return event;
+  }
+  const auto user = body.find("user_id");
+  if (user == body.end() || !user->is_number_integer() || user->get<std::int64_t>() <= 0) {
+    return bad_payload("\"user_id\" must be a positive integer for withdrawals");
+  }
+  event.user_id = user->get<std::int64_t>();
+  if (settles) {
+    absl::StatusOr<std::string> hold = bounded_string(body, "withdrawal_id", kMaxEventIdLength);
+    if (!hold.ok()) return hold.status();
+    event.hold_id = *std::move(hold);
+  }
+  if (event.type == EventType::kWithdrawalRequested) {
+    if (const auto expires = body.find("expires_in_s"); expires != body.end()) {
+      const std::int64_t max_s = absl::ToInt64Seconds(kMaxHoldExpiry);
+      if (!expires->is_number_integer() || expires->get<std::int64_t>() < 1 ||
+          expires->get<std::int64_t>() > max_s) {
+        return bad_payload(
+            fmt::format("\"expires_in_s\" must be an integer number of seconds, 1..{}", max_s));
+      }
+      event.expires_in = absl::Seconds(expires->get<std::int64_t>());
     }
-    event.user_id = user->get<std::int64_t>();
   }
   return event;
 }
@@ -225,12 +297,14 @@ absl::StatusOr<RecordResult> record_webhook_event(Connection& conn, const Schema
       {RecordResult::kDuplicate, "duplicate"},
       {RecordResult::kUnmatchedAddress, "unmatched"},
   }}};
-  const auto or_null = [](std::string_view s) { return s.empty() ? Param() : Param(s); };
   absl::StatusOr<Result> r = conn.execute(
-      schema.qualify(
-          "SELECT {schema}.record_event($1, $2, $3::numeric, $4, $5::bigint, $6, $7, $8)"),
-      Params(event.event_id, to_string(event.type), event.amount, or_null(event.to_address),
-             event.user_id, or_null(trace_id), raw_body, or_null(event.tx_hash)));
+      schema.qualify("SELECT {schema}.record_event($1, $2, $3::numeric, $4, $5, $6, $7, "
+                     "$8::bigint, $9::numeric, $10, $11::bigint, $12, $13, $14)"),
+      Params(event.event_id, to_string(event.type), event.amount, null_if_empty(event.asset),
+             null_if_empty(event.chain), null_if_empty(event.contract),
+             null_if_empty(event.to_address), event.user_id, event.fee,
+             null_if_empty(event.hold_id), event.expires_in, null_if_empty(trace_id), raw_body,
+             null_if_empty(event.tx_hash)));
   // Keyed by the event id (ON CONFLICT DO NOTHING): running it again after an
   // in-doubt commit answers "duplicate", never a second row.
   if (!r.ok()) return mark_idempotent(internal::interpret_ledger_error(r.status()));

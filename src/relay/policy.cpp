@@ -6,6 +6,7 @@
 
 #include "idemledger/core/connection.hpp"
 #include "idemledger/core/event_status.hpp"
+#include "idemledger/ledger/hold.hpp"
 #include "idemledger/ledger/topics.hpp"
 
 namespace idemledger {
@@ -73,30 +74,43 @@ absl::Status decode(const RelayMessage& message, const RelayPolicy* policy) {
 }
 
 RelevanceCheck ledger_relevance(const Schema& schema) {
-  // The event's status, and whether a confirmed reorg compensation reversed it.
+  // The event's status, whether a confirmed reorg compensation reversed it,
+  // and the state of the hold it names (a hold set directly has no event row).
   std::string sql = schema.qualify(
       R"sql(SELECT e.status,
                    EXISTS (SELECT 1 FROM {schema}.payment_events r
                             WHERE e.tx_hash IS NOT NULL AND r.event_id = 'reorg:' || e.tx_hash
-                              AND r.status = 'confirmed')
-              FROM {schema}.payment_events e
-             WHERE e.event_id = ($1::jsonb)->>'event_id')sql");
+                              AND r.status = 'confirmed'),
+                   h.state
+              FROM (SELECT ($1::jsonb)->>'event_id' AS id) m
+              LEFT JOIN {schema}.payment_events e ON e.event_id = m.id
+              LEFT JOIN {schema}.holds h ON h.event_id = m.id)sql");
   return [sql = std::move(sql)](Connection& conn, const RelayMessage& message) {
     const std::optional<OutboxTopic> topic = parse_outbox_topic(message.topic);
     if (!topic) return Relevance::kExpired;  // not ours: the ledger cannot vouch for it
     absl::StatusOr<Result> r = conn.execute(sql, Params(message.payload));
-    if (!r.ok()) return Relevance::kQueryFailed;
-    if (r->rows.empty()) return Relevance::kMismatch;
-    absl::StatusOr<EventStatus> status = r->row(0).get<EventStatus>(0);
-    absl::StatusOr<bool> reversed = r->row(0).get<bool>(1);
-    if (!status.ok() || !reversed.ok()) return Relevance::kQueryFailed;
+    if (!r.ok() || r->rows.size() != 1) return Relevance::kQueryFailed;
+    auto read =
+        r->row(0).read<std::optional<EventStatus>, std::optional<bool>, std::optional<HoldState>>();
+    if (!read.ok()) return Relevance::kQueryFailed;
+    const auto& [status, reversed, hold] = *read;
+    const auto match = [](bool still_true) {
+      return still_true ? Relevance::kMatch : Relevance::kMismatch;
+    };
     switch (*topic) {
       case OutboxTopic::kCredited:
       case OutboxTopic::kDebited:
-        return *status == EventStatus::kConfirmed && !*reversed ? Relevance::kMatch
-                                                                : Relevance::kMismatch;
+        return match(status == EventStatus::kConfirmed && !reversed.value_or(false));
       case OutboxTopic::kInsufficientFunds:
-        return *status == EventStatus::kFailed ? Relevance::kMatch : Relevance::kMismatch;
+        return match(hold ? hold == HoldState::kRejected : status == EventStatus::kFailed);
+      case OutboxTopic::kHeld:
+        return match(hold == HoldState::kHeld);
+      case OutboxTopic::kPosted:
+        return match(hold == HoldState::kPosted);
+      case OutboxTopic::kVoided:
+        return match(hold == HoldState::kVoided);
+      case OutboxTopic::kExpired:
+        return match(hold == HoldState::kExpired);
     }
     return Relevance::kExpired;
   };

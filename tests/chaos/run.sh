@@ -15,8 +15,10 @@
 #     a crash: committed work must survive, in-flight work must be retried);
 #   - hold row locks on hot users for 2 s every ~5 s (NOWAIT and lock_timeout).
 # Then it waits until every event is terminal and checks with its own SQL:
-# no double credit, no lost event, no negative balance, every user reconciles,
-# every non-business failure dead-lettered, one outbox row per final event;
+# no double credit, no lost event, no negative balance, every account
+# reconciles (balance and held), every asset sums to zero, every hold ended
+# once and as its withdrawal did, every non-business failure dead-lettered,
+# one outbox row per outcome and per hold step;
 # then that every notification reached the API (by its own count), none was
 # dropped, and any received twice is explained by a mark lost after the API's
 # 2xx (relay or session killed, database restarting; the Idempotency-Key lets
@@ -92,9 +94,10 @@ for r in 1 2; do start_relay "$r"; done
 mock_http() { loopback_http "$1" "$mock_port" "$2"; }
 
 echo "chaos: $events events against webhook_intake :$port, 4 workers, 2 relays -> mock :$mock_port; chaos for ${chaos_s}s (logs: $logs/)"
-# Deliveries paced to span the chaos window (~2.1 per event incl. bad ones).
+# Deliveries paced to span the chaos window (~2.2 per event incl. bad ones in
+# round one, ~0.6 more in round two: the withdrawals' confirmations and failures).
 SIM_CHAOS=1 SIM_EVENTS=$events SIM_WAIT_S=600 SIM_CONCURRENCY=8 IDEMLEDGER_INTAKE_PORT=$port \
-  SIM_DELIVERIES_PER_S=$((events * 21 / 10 / chaos_s + 1)) \
+  SIM_DELIVERIES_PER_S=$((events * 28 / 10 / chaos_s + 1)) \
   "$bin/provider_simulator/provider_simulator" run >"$logs/provider.log" 2>&1 &
 provider=$!
 
@@ -127,7 +130,7 @@ while (($(date +%s) < chaos_end)); do
     conn_kills=$((conn_kills + ${n:-0}))
   fi
   if ((tick % 10 == 5)); then  # ~5 s: hot users locked for 2 s
-    "${psql[@]}" -c "BEGIN; SELECT count(*) FROM $schema.users WHERE id <= 5 FOR UPDATE; SELECT pg_sleep(2); COMMIT;" \
+    "${psql[@]}" -c "BEGIN; SELECT count(*) FROM $schema.accounts WHERE user_id <= 5 FOR UPDATE; SELECT pg_sleep(2); COMMIT;" \
       >/dev/null 2>&1 &
     lock_holds=$((lock_holds + 1))
   fi
@@ -166,6 +169,15 @@ key="encode(sha256(int4send(octet_length(e.event_id)) || convert_to(e.event_id, 
       || int4send(octet_length(e.event_type)) || convert_to(e.event_type, 'UTF8')), 'hex')"
 insufficient=$(q "SELECT count(*) FROM $schema.payment_events e JOIN $schema.processed_events p
    ON p.idempotency_key = $key WHERE e.status = 'failed' AND p.outcome = 'insufficient_funds'")
+rejected=$(q "SELECT count(*) FROM $schema.holds WHERE state = 'rejected'")
+holds=$(sql "SELECT coalesce(string_agg(state || ' ' || n, ', '), 'none') FROM (
+   SELECT state, count(*) n FROM $schema.holds GROUP BY 1 ORDER BY 1) s")
+still_held=$(q "SELECT count(*) FROM $schema.holds WHERE state = 'held'")
+# A withdrawal's confirmation and its hold agree: confirmed means posted (or
+# already voided/expired: then the confirmation failed, dead-lettered).
+posted_without_confirmation=$(q "SELECT count(*) FROM $schema.holds h WHERE h.state = 'posted'
+   AND NOT EXISTS (SELECT 1 FROM $schema.payment_events e WHERE e.hold_id = h.event_id
+                   AND e.event_type = 'withdrawal_confirmed' AND e.status = 'confirmed')"))
 failed_by_reason=$(sql "SELECT coalesce(string_agg(reason || ' ' || n, ', '), 'none') FROM (
    SELECT d.reason, count(DISTINCT d.event_id) n FROM $schema.dead_letter_queue d
      JOIN $schema.payment_events e ON e.event_id = d.event_id AND e.status = 'failed'
@@ -180,14 +192,30 @@ dlq_recovered=$(q "SELECT count(DISTINCT d.event_id) FROM $schema.dead_letter_qu
 failed_without_reason=$(q "SELECT count(*) FROM $schema.payment_events e WHERE e.status = 'failed'
    AND NOT EXISTS (SELECT 1 FROM $schema.dead_letter_queue d WHERE d.event_id = e.event_id)
    AND NOT EXISTS (SELECT 1 FROM $schema.processed_events p WHERE p.idempotency_key = $key
-                   AND p.outcome = 'insufficient_funds')")
+                   AND p.outcome = 'insufficient_funds')
+   AND NOT EXISTS (SELECT 1 FROM $schema.holds h WHERE h.event_id = e.event_id AND h.state = 'rejected')")
 double_credits=$(q "SELECT count(*) FROM (SELECT 1 FROM $schema.balance_events GROUP BY source_event_id, event_type HAVING count(*) > 1) d")
-credits_vs_confirmed=$(q "SELECT (SELECT count(*) FROM $schema.balance_events) - $confirmed")
-negative=$(q "SELECT count(*) FROM $schema.users WHERE balance < 0")
-unreconciled=$(q "SELECT count(*) FROM $schema.users u WHERE u.balance <> u.initial_balance
-   + coalesce((SELECT sum(b.amount) FROM $schema.balance_events b WHERE b.user_id = u.id), 0)")
-outbox_doubles=$(q "SELECT count(*) FROM (SELECT 1 FROM $schema.outbox GROUP BY payload->>'event_id' HAVING count(*) > 1) d")
-outbox_missing=$(q "SELECT ($confirmed + $insufficient) - count(DISTINCT payload->>'event_id') FROM $schema.outbox")
+# One entry per confirmed credit or single-phase debit, one per captured
+# withdrawal and one per captured fee; holds, voids and expiries write none.
+entries_vs_expected=$(q "SELECT (SELECT count(*) FROM $schema.balance_events)
+   - (SELECT count(*) FROM $schema.payment_events WHERE status = 'confirmed'
+        AND event_type IN ('deposit', 'airdrop', 'withdrawal'))
+   - (SELECT count(*) FROM $schema.holds WHERE state = 'posted')
+   - (SELECT count(*) FROM $schema.holds WHERE state = 'posted' AND posted_fee > 0)")
+not_zero_sum=$(q "SELECT count(*) FROM (SELECT asset FROM (SELECT asset, amount FROM $schema.balance_events
+   UNION ALL SELECT asset, amount FROM $schema.system_entries) l GROUP BY asset HAVING sum(amount) <> 0) s")
+negative=$(q "SELECT count(*) FROM $schema.accounts WHERE balance < 0 OR held < 0 OR held > balance")
+unreconciled=$(q "SELECT count(*) FROM $schema.accounts a WHERE a.balance <> a.initial_balance
+   + coalesce((SELECT sum(b.amount) FROM $schema.balance_events b
+                WHERE b.user_id = a.user_id AND b.asset = a.asset), 0)
+   OR a.held <> coalesce((SELECT sum(h.amount + h.fee) FROM $schema.holds h
+                WHERE h.user_id = a.user_id AND h.asset = a.asset AND h.state = 'held'), 0)")
+outbox_doubles=$(q "SELECT count(*) FROM (SELECT 1 FROM $schema.outbox GROUP BY topic, payload->>'event_id' HAVING count(*) > 1) d")
+# One row per applied or refused event, and per hold one when taken (or
+# refused) and one when it ended.
+outbox_missing=$(q "SELECT (SELECT count(*) FROM $schema.processed_events WHERE outcome IN ('success', 'insufficient_funds'))
+   + (SELECT count(*) FROM $schema.holds) + (SELECT count(*) FROM $schema.holds WHERE state IN ('posted', 'voided', 'expired'))
+   - (SELECT count(*) FROM $schema.outbox)")
 unsettled=$(q "$unsettled_sql")
 notifications=$(q "SELECT count(*) FROM $schema.outbox")
 published=$(q "SELECT count(*) FROM $schema.outbox WHERE published_at IS NOT NULL")
@@ -214,16 +242,20 @@ row "hot-user lock holds (2 s)" "$lock_holds"
 row "relays SIGKILLed" "$relay_kills"
 row "API outages (503 for 3 s)" "$api_outages"
 row "confirmed" "$confirmed"
-row "failed: insufficient funds" "$insufficient"
+row "failed: insufficient funds (withdrawals, holds)" "$((insufficient + rejected)) ($insufficient, $rejected)"
+row "holds by final state" "$holds"
 row "failed: dead-lettered (events, by reason)" "$dlq_failed ($failed_by_reason)"
 row "dead letters of events recovered later" "$dlq_recovered"
 verdict "lost (recorded != sent)" "$((events - events_recorded))" 0
 verdict "not final" "$not_final" 0
 verdict "failed with no reason (neither business nor DLQ)" "$failed_without_reason" 0
 verdict "double credits" "$double_credits" 0
-verdict "ledger entries - confirmed events" "$credits_vs_confirmed" 0
+verdict "ledger entries - applied events, captures and fees" "$entries_vs_expected" 0
+verdict "assets whose postings do not sum to zero" "$not_zero_sum" 0
+verdict "holds still held (every withdrawal settled or expired)" "$still_held" 0
+verdict "holds posted without a confirmed confirmation" "$posted_without_confirmation" 0
 verdict "negative balances" "$negative" 0
-verdict "users out of balance (reconciliation)" "$unreconciled" 0
+verdict "accounts out of balance or held (reconciliation)" "$unreconciled" 0
 verdict "outbox rows twice for one event" "$outbox_doubles" 0
 verdict "final events without their outbox row" "$outbox_missing" 0
 verdict "provider simulator's own invariants (exit code)" "$provider_status" 0

@@ -61,26 +61,42 @@ TEST_F(Fault, InDoubtCommit_RetryAnswersAlreadyAppliedAndCreditsOnce) {
   EXPECT_EQ(scalar("SELECT status FROM {schema}.payment_events"), "confirmed");
 }
 
-// The same lost answer on a statement that is not keyed: opening an account.
-// Retrying it would answer kAlreadyExists for an account the first try
-// created, so with_retries() hands the in-doubt status back instead.
+// The same lost answer on a statement that is not keyed: running it again
+// would do it twice, so with_retries() hands the in-doubt status back instead.
 TEST_F(Fault, InDoubtCommit_OfAnUnkeyedCallIsAnsweredNotRetried) {
+  exec("CREATE TABLE {schema}.tally (n int)");
+  LosesFirstCommitAck flaky(*conn_, LosesFirstCommitAck::Lose::kStatement);
+  int attempts = 0;
+  const absl::Status s = with_retries(RetryPolicy{}, [&] {
+    ++attempts;
+    return flaky.execute(schema_.qualify("INSERT INTO {schema}.tally VALUES (1)")).status();
+  });
+  EXPECT_EQ(attempts, 1) << "running it again would insert a second row";
+  EXPECT_TRUE(commit_in_doubt(s)) << s;
+  EXPECT_FALSE(is_retryable(s));
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.tally"), 1)
+      << "the first try did land: the caller must look, as here";
+}
+
+// Opening an account is keyed by its content, so a lost answer is retried and
+// the retry answers OK for the account the first try opened.
+TEST_F(Fault, InDoubtCommit_OfOpenAccountIsRetriedAndAnswersOk) {
   LosesFirstCommitAck flaky(*conn_, LosesFirstCommitAck::Lose::kStatement);
   int attempts = 0;
   const absl::Status s = with_retries(RetryPolicy{}, [&] {
     ++attempts;
     return ledger_->open_account(flaky, 7, *Amount::parse("10"));
   });
-  EXPECT_EQ(attempts, 1) << "running it again would answer kAlreadyExists, which is a lie";
-  EXPECT_TRUE(commit_in_doubt(s)) << s;
-  EXPECT_FALSE(is_retryable(s));
-  EXPECT_EQ(balance(7), "10") << "the first try did land: the caller must look, as here";
+  EXPECT_EQ(attempts, 2);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(balance(7), "10");
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.accounts WHERE user_id = 7"), 1);
 }
 
 TEST_F(Fault, LockedUser_WithdrawalAnswersRetryableImmediately) {
   open_account(1, "100");
   std::unique_ptr<pg::Connection> holder =
-      hold_locks("SELECT 1 FROM {schema}.users WHERE id = 1 FOR UPDATE");
+      hold_locks("SELECT 1 FROM {schema}.accounts WHERE user_id = 1 FOR UPDATE");
 
   const absl::Time start = absl::Now();
   absl::StatusOr<Outcome> r =
@@ -101,7 +117,7 @@ TEST_F(Fault, LockedUser_DepositWaitsAtMostLockTimeout) {
   ledger_ = std::make_unique<Ledger>(options({.lock_timeout = absl::Milliseconds(200)}));
   open_account(1, "0");
   std::unique_ptr<pg::Connection> holder =
-      hold_locks("UPDATE {schema}.users SET balance = balance WHERE id = 1");
+      hold_locks("UPDATE {schema}.accounts SET balance = balance WHERE user_id = 1");
   const absl::Time start = absl::Now();
   absl::StatusOr<Outcome> r =
       ledger_->process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "1"));
@@ -121,7 +137,7 @@ TEST_F(Fault, StatementTimeoutInTheBatchIsEnforced) {
       options({.lock_timeout = absl::Seconds(30), .statement_timeout = absl::Milliseconds(300)}));
   open_account(1, "0");
   std::unique_ptr<pg::Connection> holder =
-      hold_locks("UPDATE {schema}.users SET balance = balance WHERE id = 1");
+      hold_locks("UPDATE {schema}.accounts SET balance = balance WHERE user_id = 1");
   absl::StatusOr<Outcome> r =
       ledger_->process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "1"));
   EXPECT_EQ(sqlstate(r.status()), "57014");

@@ -214,7 +214,8 @@ TEST_F(Ledger_, Replay_SyncsStatusFromRecordedOutcome) {
     ASSERT_TRUE(
         conn_
             ->execute(
-                schema_.qualify("INSERT INTO {schema}.processed_events VALUES ($1, $2, $3)"),
+                schema_.qualify("INSERT INTO {schema}.processed_events (idempotency_key, "
+                                "fingerprint, outcome, asset) VALUES ($1, $2, $3, 'DEFAULT')"),
                 {Param(idempotency_key(e.event_id, to_string(e.type))),
                  Param(payload_fingerprint(1, e.amount, to_string(e.type))), Param(c.outcome)})
             .ok());
@@ -291,7 +292,7 @@ TEST_F(Ledger_, Compensation_WithoutFunds_FailsLoudlyNeverNegative) {
       ledger_->process_compensation(*conn_, "0xabc", 1, *Amount::parse("50"));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(r.status().message()), HasSubstr("exceeds the balance"));
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("exceeds the available 10"));
   EXPECT_EQ(balance(1), "10");
   EXPECT_EQ(ledger_rows("reorg:0xabc"), 0);
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.dead_letter_queue WHERE event_id = 'reorg:0xabc'"),
@@ -360,7 +361,7 @@ TEST_F(Ledger_, FindBalanceMismatches_ReportsTampering) {
   ASSERT_EQ(*ledger_->process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "5")),
             Outcome::kApplied);
   expect_reconciled();
-  exec("UPDATE {schema}.users SET balance = balance + 1 WHERE id = 1");
+  exec("UPDATE {schema}.accounts SET balance = balance + 1 WHERE user_id = 1");
   absl::StatusOr<std::vector<BalanceMismatch>> m = ledger_->find_balance_mismatches(*conn_);
   ASSERT_TRUE(m.ok());
   ASSERT_EQ(m->size(), 1u);

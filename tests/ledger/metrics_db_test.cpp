@@ -57,8 +57,10 @@ TEST_F(MetricsTest, DispatcherCountsRetriesDeadLettersRecoveriesAndTimeToConfirm
     record_event(event("q" + std::to_string(i), EventType::kDeposit, 1, "1"), "pending");
   }
   record_event(event("conflict", EventType::kDeposit, 1, "1"), "pending");
-  exec("INSERT INTO {schema}.processed_events VALUES ('" + idempotency_key("conflict", "deposit") +
-       "', 'another fingerprint', 'success')");
+  exec(
+      "INSERT INTO {schema}.processed_events (idempotency_key, fingerprint, outcome, asset) "
+      "VALUES ('" +
+      idempotency_key("conflict", "deposit") + "', 'another fingerprint', 'success', 'DEFAULT')");
   record_event(event("locked", EventType::kWithdrawal, 1, "1"), "pending");
   exec("UPDATE {schema}.payment_events SET created_at = now() - interval '2 seconds'");
 
@@ -66,7 +68,7 @@ TEST_F(MetricsTest, DispatcherCountsRetriesDeadLettersRecoveriesAndTimeToConfirm
   Dispatcher d(ledger, {.schema = schema_, .alerts = &alerts_, .metrics = &metrics_});
   {
     std::unique_ptr<pg::Connection> holder =
-        hold_locks("SELECT 1 FROM {schema}.users WHERE id = 1 FOR NO KEY UPDATE");
+        hold_locks("SELECT 1 FROM {schema}.accounts WHERE user_id = 1 FOR NO KEY UPDATE");
     // Deposits wait up to lock_timeout for the row; the withdrawal NOWAITs.
     absl::StatusOr<std::vector<ClaimedEvent>> batch = d.claim(*conn_);
     ASSERT_EQ(batch->size(), 5u);
@@ -114,7 +116,7 @@ TEST_F(MetricsTest, ReconciliationRunsAndTheirTime) {
   const std::int64_t before = absl::ToUnixSeconds(absl::Now());
   Reconciler reconciler({.schema = schema_, .alerts = &alerts_, .metrics = &metrics_});
   ASSERT_TRUE(reconciler.full(*conn_).ok());
-  exec("UPDATE {schema}.users SET balance = balance + 1");
+  exec("UPDATE {schema}.accounts SET balance = balance + 1");
   ASSERT_TRUE(reconciler.full(*conn_).ok());
   const PrometheusSamples s = scrape();
   EXPECT_EQ(s.at("idemledger_reconciliation_runs_total{result=\"clean\"}"), "1");

@@ -1,5 +1,6 @@
 #include "gmock/gmock.h"
 #include "idemledger/core/event_status.hpp"
+#include "idemledger/ledger/hold.hpp"
 #include "idemledger/ledger/migrate.hpp"
 #include "tests/support/test_db.hpp"
 
@@ -28,6 +29,21 @@ TEST_F(Migrate, TheDatabaseFsmTableIsTheLibrarysTable) {
   };
   for (const auto& [from, to] : kValidTransitions) expect_edge(from, to, false);
   for (const auto& [from, to] : kOperatorTransitions) expect_edge(from, to, true);
+}
+
+TEST_F(Migrate, TheDatabaseHoldTableIsTheLibrarysTable) {
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.hold_transitions"),
+            static_cast<long>(kHoldTransitions.size()));
+  for (const auto& [from, to] : kHoldTransitions) {
+    EXPECT_EQ(count("SELECT count(*) FROM {schema}.hold_transitions WHERE from_state = '" +
+                    std::string(to_string(from)) + "' AND to_state = '" +
+                    std::string(to_string(to)) + "'"),
+              1);
+  }
+  // And transition_hold() refuses an edge the table does not list.
+  const absl::StatusOr<Result> r = conn_->execute(
+      schema_.qualify("SELECT {schema}.transition_hold('nope', 'voided', 'posted')"));
+  EXPECT_THAT(r.status().ToString(), ::testing::HasSubstr("invalid hold state transition"));
 }
 
 TEST_F(Migrate, ConcurrentRunsFromManyProcessesAllSucceedOnce) {

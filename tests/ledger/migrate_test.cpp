@@ -22,6 +22,7 @@ TEST(MigrationCatalog, ReleasedMigrationsNeverChange) {
       {7, "73e1a70e476c99807ebc07644f36894ac9aa759983f648faccf5e2ca5a44f1ae"},
       {8, "2e4312589903124ad192343ae26f50b59ea4190f7731cf9db7eb5ad73b27d0e5"},
       {9, "8df8ef45d05357d83f91f29a4befbb9aebb890548d9166da07035f3bc7cc251e"},
+      {10, "fc1e66f7d4bb00d8133df9e34eaceaa593bac470251927c437e6fa86587c5b7c"},
   };
   const std::vector<MigrationInfo> catalog = migration_catalog();
   ASSERT_GE(catalog.size(), pinned.size());

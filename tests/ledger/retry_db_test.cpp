@@ -48,7 +48,7 @@ TEST_F(Contention, ReadmeExample_SixProcessesOnHotAccountsNeverSurfaceLockConfli
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events"), kProcesses * kWithdrawalsEach);
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE status = 'confirmed'"),
             kProcesses * kWithdrawalsEach);
-  EXPECT_EQ(scalar("SELECT sum(balance) FROM {schema}.users"),
+  EXPECT_EQ(scalar("SELECT sum(balance) FROM {schema}.accounts"),
             std::to_string(3 * 1000000 - kProcesses * kWithdrawalsEach) + ".000000000000000000");
   expect_reconciled();
 }

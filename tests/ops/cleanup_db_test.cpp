@@ -31,8 +31,8 @@ TEST_F(Cleanup, DeletesOldTerminalRecordsInBatchesNeverPending) {
   ASSERT_EQ(*ledger_->process_withdrawal(*conn_, event("w", EventType::kWithdrawal, 1, "1000")),
             Outcome::kInsufficientFunds);
   exec(
-      "INSERT INTO {schema}.processed_events (idempotency_key, fingerprint, outcome) VALUES "
-      "('inflight', 'f', 'pending')");
+      "INSERT INTO {schema}.processed_events (idempotency_key, fingerprint, outcome, asset) "
+      "VALUES ('inflight', 'f', 'pending', 'DEFAULT')");
   age_records();
   ASSERT_TRUE(ledger_->process_deposit(*conn_, event("recent", EventType::kDeposit, 1, "1")).ok());
 

@@ -102,13 +102,13 @@ TEST_F(Partitioning, CleanupDropsExpiredMonthsButNeverOneWithAPendingRecord) {
   }
   exec(
       "INSERT INTO {schema}.processed_events (idempotency_key, fingerprint, outcome, created_at, "
-      "month) VALUES "
+      "month, asset) VALUES "
       "('old_done', 'f', 'success', now() - interval '4 months', "
-      " date_trunc('month', now() - interval '4 months')::date), "
+      " date_trunc('month', now() - interval '4 months')::date, 'DEFAULT'), "
       "('old_pending', 'f', 'pending', now() - interval '3 months', "
-      " date_trunc('month', now() - interval '3 months')::date), "
+      " date_trunc('month', now() - interval '3 months')::date, 'DEFAULT'), "
       "('old_done_2', 'f', 'insufficient_funds', now() - interval '3 months', "
-      " date_trunc('month', now() - interval '3 months')::date)");
+      " date_trunc('month', now() - interval '3 months')::date, 'DEFAULT')");
   const long before = partitions("processed_events");
   absl::StatusOr<CleanupReport> r = cleanup_idempotency_records(
       *conn_, {.schema = schema_, .ttl = absl::Hours(24 * 30), .pause = absl::ZeroDuration()});

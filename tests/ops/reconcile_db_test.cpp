@@ -36,7 +36,7 @@ TEST_F(Reconcile, CleanDataReportsClean) {
 }
 
 TEST_F(Reconcile, FindsAPlantedMismatchAcrossBatchesAndAlerts) {
-  exec("UPDATE {schema}.users SET balance = balance + 0.000000000000000001 WHERE id = 8");
+  exec("UPDATE {schema}.accounts SET balance = balance + 0.000000000000000001 WHERE user_id = 8");
   absl::StatusOr<ReconcileReport> r = reconciler(3).full(*conn_);
   ASSERT_TRUE(r.ok());
   ASSERT_EQ(r->mismatches.size(), 1u);
@@ -55,10 +55,11 @@ TEST_F(Reconcile, FindsAPlantedDuplicateLedgerEntry) {
            ? "ALTER TABLE {schema}.balance_events DISABLE TRIGGER guard_ledger_key"
            : "ALTER TABLE {schema}.balance_events DROP CONSTRAINT uq_balance_events_source");
   exec(
-      "INSERT INTO {schema}.balance_events (user_id, amount, event_type, source_event_id) "
-      "VALUES (3, 5, 'deposit', 'd3')");
-  exec("UPDATE {schema}.users SET balance = balance + 5 WHERE id = 3");  // sums agree; the copy is
-                                                                         // still wrong
+      "INSERT INTO {schema}.balance_events (user_id, amount, event_type, source_event_id, asset) "
+      "VALUES (3, 5, 'deposit', 'd3', 'DEFAULT')");
+  exec("UPDATE {schema}.accounts SET balance = balance + 5 WHERE user_id = 3");  // sums agree; the
+                                                                                 // copy is still
+                                                                                 // wrong
   absl::StatusOr<ReconcileReport> r = reconciler(4).full(*conn_);
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(r->mismatches.empty());
@@ -81,10 +82,10 @@ TEST_F(Reconcile, HotPathChecksOnlyRecentlyTouchedUsers) {
       "DELETE FROM {schema}.balance_event_keys k USING {schema}.old_entries o "
       "WHERE k.source_event_id = o.source_event_id AND k.event_type = o.event_type");
   exec(
-      "INSERT INTO {schema}.balance_events (user_id, amount, event_type, source_event_id, "
-      "created_at) SELECT user_id, amount, event_type, source_event_id, "
+      "INSERT INTO {schema}.balance_events (user_id, asset, amount, event_type, source_event_id, "
+      "created_at) SELECT user_id, asset, amount, event_type, source_event_id, "
       "now() - interval '2 hours' FROM {schema}.old_entries");
-  exec("UPDATE {schema}.users SET balance = balance + 1 WHERE id IN (4, 5)");
+  exec("UPDATE {schema}.accounts SET balance = balance + 1 WHERE user_id IN (4, 5)");
   absl::StatusOr<ReconcileReport> r = reconciler().hot_path(*conn_, absl::Minutes(10));
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->users_checked, 1);
@@ -93,7 +94,7 @@ TEST_F(Reconcile, HotPathChecksOnlyRecentlyTouchedUsers) {
 }
 
 TEST_F(Reconcile, FullPassResumesAfterAUser) {
-  exec("UPDATE {schema}.users SET balance = balance + 1 WHERE id IN (2, 9)");
+  exec("UPDATE {schema}.accounts SET balance = balance + 1 WHERE user_id IN (2, 9)");
   absl::StatusOr<ReconcileReport> r = reconciler(2).full(*conn_, /*after_user_id=*/5);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->users_checked, 5);

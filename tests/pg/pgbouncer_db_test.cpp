@@ -67,7 +67,7 @@ TEST_F(PgBouncer, EightThreadsWithDuplicatesApplyEachEventOnce) {
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events"), kEvents);
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE status = 'confirmed'"),
             kEvents);
-  EXPECT_EQ(scalar("SELECT sum(balance)::text FROM {schema}.users"), "250.000000000000000000");
+  EXPECT_EQ(scalar("SELECT sum(balance)::text FROM {schema}.accounts"), "250.000000000000000000");
   expect_reconciled();
 }
 

@@ -145,7 +145,7 @@ TEST_F(DispatcherTest, TransientFailureIsRetriedDurablyWithBackoff) {
   open_account(1, "100");
   record_pending(1, "10", EventType::kWithdrawal);
   std::unique_ptr<pg::Connection> holder =
-      hold_locks("SELECT 1 FROM {schema}.users WHERE id = 1 FOR NO KEY UPDATE");
+      hold_locks("SELECT 1 FROM {schema}.accounts WHERE user_id = 1 FOR NO KEY UPDATE");
   Dispatcher d(*ledger_,
                dispatch_options({.retry_base = absl::Seconds(10), .retry_cap = absl::Seconds(60)}));
   absl::StatusOr<std::vector<ClaimedEvent>> batch = d.claim(*conn_);
@@ -171,7 +171,7 @@ TEST_F(DispatcherTest, RetriesExhaustedEndFailedWithOneDeadLetter) {
   open_account(1, "100");
   record_event(event("q_0", EventType::kWithdrawal, 1, "10"), "pending", /*retry_count=*/5);
   std::unique_ptr<pg::Connection> holder =
-      hold_locks("SELECT 1 FROM {schema}.users WHERE id = 1 FOR NO KEY UPDATE");
+      hold_locks("SELECT 1 FROM {schema}.accounts WHERE user_id = 1 FOR NO KEY UPDATE");
   Dispatcher d(*ledger_, dispatch_options({.max_retries = 5}));
   absl::StatusOr<std::vector<ClaimedEvent>> batch = d.claim(*conn_);
   ASSERT_EQ(batch->size(), 1u);
@@ -187,8 +187,11 @@ TEST_F(DispatcherTest, PermanentFailureEndsFailedWithDeadLetterAtOnce) {
   open_account(1, "0");
   record_event(event("q_0", EventType::kDeposit, 1, "1"), "pending");
   // A conflicting record: the ledger refuses it (kAlreadyExists), which no retry fixes.
-  exec("INSERT INTO {schema}.processed_events VALUES ('" + idempotency_key("q_0", "deposit") +
-       "', 'someone else''s fingerprint', 'success')");
+  exec(
+      "INSERT INTO {schema}.processed_events (idempotency_key, fingerprint, outcome, asset) "
+      "VALUES ('" +
+      idempotency_key("q_0", "deposit") +
+      "', 'someone else''s fingerprint', 'success', 'DEFAULT')");
   Dispatcher d(*ledger_, dispatch_options());
   absl::StatusOr<std::vector<ClaimedEvent>> batch = d.claim(*conn_);
   ASSERT_EQ(batch->size(), 1u);
@@ -295,7 +298,7 @@ TEST_F(DispatcherTest, WorkerKilledMidTransaction_EveryEventAppliedOnce) {
       dispatch_options({.batch_size = kEvents, .lease = absl::Milliseconds(300)});
   const LedgerOptions ledger_opts = options({.lock_timeout = absl::Seconds(30)});
   std::unique_ptr<pg::Connection> holder =
-      hold_locks("SELECT 1 FROM {schema}.users WHERE id = 1 FOR NO KEY UPDATE");
+      hold_locks("SELECT 1 FROM {schema}.accounts WHERE user_id = 1 FOR NO KEY UPDATE");
   int pipe_fds[2];
   ASSERT_EQ(pipe(pipe_fds), 0);
   const pid_t child = fork();
@@ -376,8 +379,10 @@ TEST_F(DispatcherTest, LogsEachEventWithIntakesTraceId) {
   ASSERT_TRUE(deliver(deposit_body("t1", "2"), "trace-t1").ok());
   record_event(event("t2", EventType::kDeposit, 1, "1"), "pending");
   exec("UPDATE {schema}.payment_events SET trace_id = 'trace-t2' WHERE event_id = 't2'");
-  exec("INSERT INTO {schema}.processed_events VALUES ('" + idempotency_key("t2", "deposit") +
-       "', 'another fingerprint', 'success')");
+  exec(
+      "INSERT INTO {schema}.processed_events (idempotency_key, fingerprint, outcome, asset) "
+      "VALUES ('" +
+      idempotency_key("t2", "deposit") + "', 'another fingerprint', 'success', 'DEFAULT')");
 
   std::FILE* out = std::tmpfile();
   ASSERT_NE(out, nullptr);

@@ -40,23 +40,63 @@ class DispatcherDecisions : public ::testing::Test {
 };
 
 TEST_F(DispatcherDecisions, AClaimsRowsBecomeTypedEvents) {
-  conn_.on("claim_events",
-           FakeConnection::rows(
-               {{"evt_1", "7", "5.250000000000000000", "withdrawal", "2", {}, "1500"}}));
+  conn_.on("claim_events", FakeConnection::rows({{"evt_1",
+                                                  "7",
+                                                  "5.250000000000000000",
+                                                  "withdrawal",
+                                                  "2",
+                                                  {},
+                                                  "1500",
+                                                  "USDC",
+                                                  {},
+                                                  {},
+                                                  {}},
+                                                 {"evt_2",
+                                                  "7",
+                                                  {},
+                                                  "withdrawal_requested",
+                                                  "0",
+                                                  "t",
+                                                  "10",
+                                                  "ETH",
+                                                  "0.01",
+                                                  "w_9",
+                                                  "60000"}}));
   const Dispatcher d(ledger_, {});
   absl::StatusOr<std::vector<ClaimedEvent>> c = d.claim(conn_);
   ASSERT_TRUE(c.ok()) << c.status();
-  ASSERT_EQ(c->size(), 1u);
+  ASSERT_EQ(c->size(), 2u);
   EXPECT_EQ((*c)[0].event.type, EventType::kWithdrawal);
+  EXPECT_EQ((*c)[0].event.asset->code(), "USDC");
+  EXPECT_TRUE((*c)[0].has_amount);
+  EXPECT_FALSE((*c)[0].fee.has_value());
+  EXPECT_FALSE((*c)[0].expires_in.has_value());
   EXPECT_EQ((*c)[0].event.user_id, 7);
   EXPECT_EQ((*c)[0].event.amount.to_string(), "5.25");
   EXPECT_EQ((*c)[0].retry_count, 2);
   EXPECT_EQ((*c)[0].trace_id, "");
   EXPECT_EQ((*c)[0].age_at_claim, absl::Microseconds(1500));
+  const ClaimedEvent& hold = (*c)[1];
+  EXPECT_EQ(hold.event.type, EventType::kWithdrawalRequested);
+  EXPECT_FALSE(hold.has_amount);
+  EXPECT_EQ(hold.fee->to_string(), "0.01");
+  EXPECT_EQ(hold.hold_id, "w_9");
+  EXPECT_EQ(hold.expires_in, absl::Seconds(60));
+}
+
+TEST_F(DispatcherDecisions, AClaimWithAMalformedAssetIsAnErrorNeverADefault) {
+  conn_.on(
+      "claim_events",
+      FakeConnection::rows({{"evt_1", "7", "5", "deposit", "0", {}, "1", "usdc!", {}, {}, {}}}));
+  const Dispatcher d(ledger_, {});
+  const absl::StatusOr<std::vector<ClaimedEvent>> c = d.claim(conn_);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("claimed event evt_1"));
 }
 
 TEST_F(DispatcherDecisions, AnUnreadableClaimIsAnErrorNeverAZeroUser) {
-  conn_.on("claim_events", FakeConnection::rows({{"evt_1", "", "5", "deposit", "0", {}, "1"}}));
+  conn_.on("claim_events",
+           FakeConnection::rows({{"evt_1", "", "5", "deposit", "0", {}, "1", "ETH", {}, {}, {}}}));
   const Dispatcher d(ledger_, {});
   const absl::StatusOr<std::vector<ClaimedEvent>> c = d.claim(conn_);
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInternal);

@@ -24,7 +24,7 @@ class DlqReplay : public LedgerTest {
   std::int64_t dead_lettered_withdrawal(const std::string& id) {
     record_event(event(id, EventType::kWithdrawal, 1, "10"), "pending", /*retry_count=*/5);
     std::unique_ptr<pg::Connection> holder =
-        hold_locks("SELECT 1 FROM {schema}.users WHERE id = 1 FOR NO KEY UPDATE");
+        hold_locks("SELECT 1 FROM {schema}.accounts WHERE user_id = 1 FOR NO KEY UPDATE");
     const Dispatcher d = dispatcher();
     absl::StatusOr<std::vector<ClaimedEvent>> batch = d.claim(*conn_);
     EXPECT_EQ(batch->size(), 1u);
@@ -44,8 +44,9 @@ TEST_F(DlqReplay, ReplayedEventIsAppliedOnceThroughTheQueue) {
   const std::int64_t letter = dead_lettered_withdrawal("w1");
   // A second dead letter of the same event (an earlier attempt) closes too.
   exec(
-      "INSERT INTO {schema}.dead_letter_queue (event_id, event_type, user_id, amount, error) "
-      "VALUES ('w1', 'withdrawal', 1, 10, 'earlier attempt')");
+      "INSERT INTO {schema}.dead_letter_queue (event_id, event_type, user_id, amount, error, "
+      "asset) "
+      "VALUES ('w1', 'withdrawal', 1, 10, 'earlier attempt', 'DEFAULT')");
 
   absl::StatusOr<DeadLetterQueue::ReplayResult> r =
       queue().replay(*conn_, *ledger_, letter, "lock holder was a stuck batch job", "alice");

@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "gmock/gmock.h"
+#include "idemledger/ledger/asset.hpp"
 #include "idemledger/queue/dispatcher.hpp"
 #include "idemledger/queue/intake.hpp"
 #include "tests/support/prometheus_text.hpp"
@@ -190,6 +192,89 @@ TEST_F(HttpIntake, MetricsFollowTheEventsThroughIntakeAndWorker) {
   EXPECT_EQ(s["idemledger_queue_events{status=\"pending\"}"], "0");
   EXPECT_EQ(balance(1), "100");
   EXPECT_EQ(worker.stop(), 0);
+}
+
+// Assets and two-phase withdrawals through the real binaries: intake refuses
+// an unknown, disabled or too-precise asset with a 400 naming it; the worker
+// holds, posts, voids, and sweeps the hold nobody settled.
+TEST_F(HttpIntake, AssetsAndWithdrawalStepsThroughIntakeAndWorker) {
+  ASSERT_TRUE(add_asset(*conn_, schema_, {.code = "USDC", .decimals = 6}).ok());
+  ASSERT_TRUE(add_asset(*conn_, schema_, {.code = "OLD", .decimals = 2, .enabled = false}).ok());
+  IntakeProcess intake(schema_, 100'000);
+  httplib::Client c("127.0.0.1", intake.port());
+  const auto send = [&](const std::string& body) {
+    httplib::Result r = post(c, body);
+    EXPECT_TRUE(r);
+    return r ? std::pair(r->status, r->body) : std::pair(0, std::string());
+  };
+  const auto usdc_deposit = [](const std::string& id, const std::string& amount,
+                               const std::string& asset = "USDC") {
+    return R"({"event_id":")" + id + R"(","event_type":"deposit","amount":")" + amount +
+           R"(","to_address":"0xaaa","asset":")" + asset + R"("})";
+  };
+  auto [status, body] = send(usdc_deposit("d1", "100"));
+  EXPECT_EQ(status, 200) << body;
+  std::tie(status, body) = send(usdc_deposit("d2", "1", "DOGE"));
+  EXPECT_EQ(status, 400);
+  EXPECT_THAT(body, ::testing::HasSubstr("unknown asset DOGE"));
+  std::tie(status, body) = send(usdc_deposit("d3", "1", "OLD"));
+  EXPECT_EQ(status, 400);
+  EXPECT_THAT(body, ::testing::HasSubstr("asset OLD is disabled"));
+  std::tie(status, body) = send(usdc_deposit("d4", "0.0000001"));
+  EXPECT_EQ(status, 400);
+  EXPECT_THAT(body, ::testing::HasSubstr("USDC allows 6"));
+  const auto request = [](const std::string& id, const std::string& amount, int expires_s) {
+    return R"({"event_id":")" + id + R"(","event_type":"withdrawal_requested","amount":")" +
+           amount + R"(","fee":"1","user_id":1,"asset":"USDC","expires_in_s":)" +
+           std::to_string(expires_s) + "}";
+  };
+  for (const std::string& b : {request("w_post", "10", 3600), request("w_void", "20", 3600),
+                               request("w_expire", "30", 1), request("w_broke", "1000", 3600)}) {
+    EXPECT_EQ(send(b).first, 200) << b;
+  }
+
+  ServiceProcess worker(
+      IDEMLEDGER_OUTBOX_WORKER_BINARY, schema_,
+      {{"IDEMLEDGER_POLL_MS", "20"},
+       {"IDEMLEDGER_DLQ_SPOOL", ::testing::TempDir() + "/" + schema_name_ + ".spool"}},
+      "worker started");
+  const auto wait_for = [&](const std::string& sql, const std::string& want) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    std::string got;
+    while ((got = scalar(sql)) != want && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return got;
+  };
+  const std::string states =
+      "SELECT string_agg(event_id || ' ' || state, ', ' ORDER BY event_id) FROM {schema}.holds";
+  EXPECT_EQ(wait_for(states, "w_broke rejected, w_expire held, w_post held, w_void held"),
+            "w_broke rejected, w_expire held, w_post held, w_void held");
+  EXPECT_EQ(send(R"({"event_id":"c1","event_type":"withdrawal_confirmed","withdrawal_id":"w_post",)"
+                 R"("user_id":1})")
+                .first,
+            200);
+  EXPECT_EQ(send(R"({"event_id":"f1","event_type":"withdrawal_failed","withdrawal_id":"w_void",)"
+                 R"("user_id":1})")
+                .first,
+            200);
+  // w_expire: nobody settles it; the worker's sweeper releases it.
+  EXPECT_EQ(wait_for(states, "w_broke rejected, w_expire expired, w_post posted, w_void voided"),
+            "w_broke rejected, w_expire expired, w_post posted, w_void voided");
+  absl::StatusOr<Account> a = ledger_->account(*conn_, 1, AssetCode("USDC"));
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->balance.to_string(), "89");
+  EXPECT_EQ(a->held.to_string(), "0");
+  EXPECT_EQ(wait_for("SELECT count(*) FROM {schema}.payment_events WHERE status NOT IN "
+                     "('confirmed', 'failed')",
+                     "0"),
+            "0");
+  EXPECT_EQ(scalar("SELECT string_agg(event_id || ' ' || status, ', ' ORDER BY event_id) FROM "
+                   "{schema}.payment_events WHERE event_type <> 'deposit'"),
+            "c1 confirmed, f1 confirmed, w_broke failed, w_expire confirmed, w_post confirmed, "
+            "w_void confirmed");
+  EXPECT_EQ(worker.stop(), 0);
+  expect_reconciled();
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <atomic>
 #include <thread>
 
+#include "gmock/gmock.h"
+#include "idemledger/ledger/asset.hpp"
 #include "idemledger/queue/dispatcher.hpp"
 #include "idemledger/queue/intake.hpp"
 #include "tests/support/test_db.hpp"
@@ -161,6 +163,153 @@ TEST_F(Intake, ConcurrentRedeliveriesThenWorkersApplyEachOnce) {
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events"), kEvents);
   EXPECT_EQ(balance(1), "45");
   EXPECT_EQ(balance(2), "45");
+  expect_reconciled();
+}
+
+class IntakeAssets : public Intake {
+ protected:
+  void SetUp() override {
+    Intake::SetUp();
+    ASSERT_TRUE(
+        add_asset(*conn_, schema_, {.code = "ETH", .decimals = 18, .chain = "ethereum"}).ok());
+    ASSERT_TRUE(add_asset(*conn_, schema_,
+                          {.code = "USDC",
+                           .decimals = 6,
+                           .chain = "ethereum",
+                           .contract = "0xa0b86991c6218b36c1d19d4a2e9eb0ce3606eb48"})
+                    .ok());
+    ASSERT_TRUE(add_asset(*conn_, schema_, {.code = "TRX", .decimals = 6, .chain = "tron"}).ok());
+    // 0xccc is user 1's address on ethereum and user 2's on tron.
+    exec(
+        "INSERT INTO {schema}.deposit_addresses (chain, address, user_id) VALUES "
+        "('ethereum', '0xccc', 1), ('tron', '0xccc', 2)");
+  }
+  std::string event_row(std::string_view id) {
+    return scalar(
+        "SELECT user_id || ' ' || asset || ' ' || coalesce(trim_scale(amount)::text, '-') FROM "
+        "{schema}.payment_events WHERE event_id = '" +
+        std::string(id) + "'");
+  }
+  // Claims and applies whatever is due, as a worker would.
+  void drain() {
+    const Dispatcher d(*ledger_, {.schema = schema_, .alerts = &alerts_});
+    while (*d.run_once(*conn_) > 0) {
+    }
+  }
+};
+
+TEST_F(IntakeAssets, TheAssetIsNamedByCodeOrByChainAndContract_AddressesArePerChain) {
+  EXPECT_EQ(
+      *record(R"({"event_id":"e1","event_type":"deposit","amount":"5","to_address":"0xccc",)"
+              R"("chain":"ethereum","contract":"0xA0B86991C6218B36C1D19D4A2E9EB0CE3606EB48"})"),
+      RecordResult::kAccepted);
+  EXPECT_EQ(event_row("e1"), "1 USDC 5");
+  EXPECT_EQ(
+      *record(R"({"event_id":"e2","event_type":"deposit","amount":"0.5","to_address":"0xccc",)"
+              R"("chain":"ethereum"})"),
+      RecordResult::kAccepted);
+  EXPECT_EQ(event_row("e2"), "1 ETH 0.5") << "no contract: the chain's native coin";
+  EXPECT_EQ(*record(R"({"event_id":"e3","event_type":"deposit","amount":"7","to_address":"0xccc",)"
+                    R"("asset":"TRX"})"),
+            RecordResult::kAccepted);
+  EXPECT_EQ(event_row("e3"), "2 TRX 7") << "the same address on another chain is another owner";
+  EXPECT_EQ(*record(R"({"event_id":"e4","event_type":"deposit","amount":"1","to_address":"0xaaa",)"
+                    R"("asset":"USDC"})"),
+            RecordResult::kAccepted);
+  EXPECT_EQ(event_row("e4"), "1 USDC 1") << "an address registered for any chain (v1's)";
+  EXPECT_EQ(*record(R"({"event_id":"e5","event_type":"deposit","amount":"1","to_address":"0xccc",)"
+                    R"("asset":"DEFAULT"})"),
+            RecordResult::kUnmatchedAddress)
+      << "0xccc is not registered on the default asset's chain";
+
+  // Same id, same content but for the asset: a conflict.
+  EXPECT_EQ(record(R"({"event_id":"e1","event_type":"deposit","amount":"5","to_address":"0xccc",)"
+                   R"("chain":"ethereum"})")
+                .status()
+                .code(),
+            absl::StatusCode::kAlreadyExists);
+  drain();
+  absl::StatusOr<Account> usdc = ledger_->account(*conn_, 1, AssetCode("USDC"));
+  ASSERT_TRUE(usdc.ok()) << usdc.status();
+  EXPECT_EQ(usdc->balance.to_string(), "6");
+  EXPECT_EQ(ledger_->account(*conn_, 2, AssetCode("TRX"))->balance.to_string(), "7");
+  expect_reconciled();
+}
+
+TEST_F(IntakeAssets, AnUnknownDisabledOrTooPreciseAssetIsRefusedByName) {
+  absl::StatusOr<RecordResult> r =
+      record(R"({"event_id":"e1","event_type":"deposit","amount":"5","to_address":"0xccc",)"
+             R"("chain":"ethereum","contract":"0xdac17f958d2ee523a2206206994597c13d831ec7"})");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()),
+              ::testing::HasSubstr("unknown asset: chain ethereum, contract 0xdac17f958d2ee523"));
+  r = record(R"({"event_id":"e1","event_type":"deposit","amount":"5","to_address":"0xccc",)"
+             R"("asset":"DOGE"})");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), ::testing::HasSubstr("unknown asset DOGE"));
+  r = record(R"({"event_id":"e1","event_type":"deposit","amount":"5.0000001","to_address":"0xccc",)"
+             R"("asset":"USDC"})");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), ::testing::HasSubstr("USDC allows 6"));
+  ASSERT_TRUE(set_asset_enabled(*conn_, schema_, "USDC", false, "issuer paused", "test").ok());
+  r = record(R"({"event_id":"e1","event_type":"deposit","amount":"5","to_address":"0xccc",)"
+             R"("asset":"USDC"})");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(r.status().message()), ::testing::HasSubstr("asset USDC is disabled"));
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events"), 0) << "nothing recorded";
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.unmatched_deposits"), 0);
+}
+
+TEST_F(IntakeAssets, AWithdrawalsStepsGoThroughTheQueueEachOnce) {
+  ASSERT_EQ(*ledger_->process_deposit(*conn_, {.event_id = "d",
+                                               .type = EventType::kDeposit,
+                                               .user_id = 1,
+                                               .amount = *Amount::parse("100"),
+                                               .asset = AssetCode("USDC")}),
+            Outcome::kApplied);
+  const std::string request =
+      R"({"event_id":"w1","event_type":"withdrawal_requested","amount":"40","fee":"0.5",)"
+      R"("user_id":1,"asset":"USDC","expires_in_s":3600})";
+  // The confirmation overtakes its request: it waits (retried), never "no such hold".
+  const std::string confirmed =
+      R"({"event_id":"c1","event_type":"withdrawal_confirmed","withdrawal_id":"w1","user_id":1,)"
+      R"("amount":"39"})";
+  EXPECT_EQ(*record(confirmed), RecordResult::kAccepted);
+  EXPECT_EQ(*record(request), RecordResult::kAccepted);
+  EXPECT_EQ(*record(confirmed), RecordResult::kDuplicate)
+      << "a copy after its request is still the same event, whatever asset it was recorded in";
+  drain();
+  EXPECT_EQ(scalar("SELECT status FROM {schema}.payment_events WHERE event_id = 'c1'"), "pending")
+      << "retried after a backoff";
+  exec("UPDATE {schema}.payment_events SET next_attempt_at = now() WHERE status = 'pending'");
+  drain();
+  EXPECT_EQ(scalar("SELECT string_agg(event_id || ' ' || status, ', ' ORDER BY event_id) FROM "
+                   "{schema}.payment_events WHERE event_id IN ('w1', 'c1')"),
+            "c1 confirmed, w1 confirmed");
+  absl::StatusOr<Account> a = ledger_->account(*conn_, 1, AssetCode("USDC"));
+  EXPECT_EQ(a->balance.to_string(), "60.5") << "39 captured, the fee 0.5 kept, 1 released";
+  EXPECT_EQ(a->held.to_string(), "0");
+
+  // Late copies are duplicates; a changed copy is a conflict.
+  EXPECT_EQ(*record(request), RecordResult::kDuplicate);
+  EXPECT_EQ(*record(confirmed), RecordResult::kDuplicate);
+  EXPECT_EQ(record(R"({"event_id":"c1","event_type":"withdrawal_confirmed","withdrawal_id":"w1",)"
+                   R"("user_id":1,"amount":"40"})")
+                .status()
+                .code(),
+            absl::StatusCode::kAlreadyExists);
+  // A failure reported after the post cannot undo it: failed, with a dead letter.
+  EXPECT_EQ(*record(R"({"event_id":"f1","event_type":"withdrawal_failed","withdrawal_id":"w1",)"
+                    R"("user_id":1})"),
+            RecordResult::kAccepted);
+  EXPECT_EQ(event_row("f1"), "1 USDC -") << "a step takes its hold's asset";
+  drain();
+  EXPECT_EQ(scalar("SELECT status FROM {schema}.payment_events WHERE event_id = 'f1'"), "failed");
+  EXPECT_EQ(scalar("SELECT asset || ' ' || error FROM {schema}.dead_letter_queue WHERE event_id = "
+                   "'f1'"),
+            "USDC FAILED_PRECONDITION: withdrawal_failed of hold w1 refused: the hold is posted");
+  EXPECT_THAT(alerts_.keys(), ::testing::Contains("hold_refused:w1"));
+  EXPECT_EQ(ledger_->account(*conn_, 1, AssetCode("USDC"))->balance.to_string(), "60.5");
   expect_reconciled();
 }
 

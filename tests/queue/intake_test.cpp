@@ -78,14 +78,14 @@ TEST(ParseWebhook, AcceptsAWellFormedDepositAndWithdrawal) {
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->event_id, "evt_1");
   EXPECT_EQ(d->type, EventType::kDeposit);
-  EXPECT_EQ(d->amount.to_string(), "50.25");
+  EXPECT_EQ(d->amount->to_string(), "50.25");
   EXPECT_EQ(d->to_address, "0xabc");
   EXPECT_FALSE(d->user_id.has_value()) << "a credit never takes a payload user id";
   absl::StatusOr<WebhookEvent> w = parse_webhook(
       R"({"event_id":"w_1","event_type":"withdrawal_fee","amount":"1e-3","user_id":7})");
   ASSERT_TRUE(w.ok()) << w.status();
   EXPECT_EQ(w->user_id, 7);
-  EXPECT_EQ(w->amount.to_string(), "0.001");
+  EXPECT_EQ(w->amount->to_string(), "0.001");
 }
 
 TEST(ParseWebhook, RefusesEachBrokenRuleByName) {
@@ -139,6 +139,96 @@ TEST(ParseWebhook, KeepsACreditsTransactionHash) {
       parse_webhook(R"({"event_id":"e","event_type":"deposit","amount":"5","to_address":"a"})")
           ->tx_hash.empty())
       << "optional";
+}
+
+TEST(ParseWebhook, NamesTheAssetByCodeOrByChainAndContract) {
+  absl::StatusOr<WebhookEvent> e = parse_webhook(
+      R"({"event_id":"e","event_type":"deposit","amount":"5","to_address":"a","asset":"USDC"})");
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->asset, "USDC");
+  EXPECT_TRUE(e->chain.empty());
+  e = parse_webhook(
+      R"({"event_id":"e","event_type":"deposit","amount":"5","to_address":"a","chain":"ethereum",)"
+      R"("contract":"0xA0b86991c6218b36c1d19D4a2e9Eb0cE3606eB48"})");
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->chain, "ethereum");
+  EXPECT_EQ(e->contract, "0xa0b86991c6218b36c1d19d4a2e9eb0ce3606eb48") << "one spelling per token";
+  e = parse_webhook(
+      R"({"event_id":"e","event_type":"deposit","amount":"5","to_address":"a","chain":"ethereum"})");
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_TRUE(e->contract.empty()) << "the chain's native coin";
+  EXPECT_TRUE(
+      parse_webhook(R"({"event_id":"e","event_type":"deposit","amount":"5","to_address":"a"})")
+          ->asset.empty())
+      << "neither: the default asset";
+
+  EXPECT_THAT(rule_of(R"({"event_id":"e","event_type":"deposit","amount":"5","to_address":"a",)"
+                      R"("asset":"USDC","chain":"ethereum"})"),
+              HasSubstr("by \"asset\" or by \"chain\", not both"));
+  EXPECT_THAT(rule_of(R"({"event_id":"e","event_type":"deposit","amount":"5","to_address":"a",)"
+                      R"("asset":"usdc"})"),
+              HasSubstr("\"asset\" must match"));
+  EXPECT_THAT(rule_of(R"({"event_id":"e","event_type":"deposit","amount":"5","to_address":"a",)"
+                      R"("asset":7})"),
+              HasSubstr("\"asset\" must be a JSON string"));
+  EXPECT_THAT(rule_of(R"({"event_id":"e","event_type":"deposit","amount":"5","to_address":"a",)"
+                      R"("contract":"0xabc"})"),
+              HasSubstr("\"contract\" needs its \"chain\""));
+  EXPECT_THAT(rule_of(R"({"event_id":"e","event_type":"deposit","amount":"5","to_address":"a",)"
+                      R"("chain":"ethereum","contract":"0x';--"})"),
+              HasSubstr("letters and digits"));
+  EXPECT_THAT(rule_of(R"({"event_id":"e","event_type":"deposit","amount":"5","to_address":"a",)"
+                      R"("chain":")" +
+                      std::string(33, 'x') + R"("})"),
+              HasSubstr("\"chain\""));
+}
+
+TEST(ParseWebhook, TakesTheTwoPhaseWithdrawalsSteps) {
+  absl::StatusOr<WebhookEvent> e = parse_webhook(
+      R"({"event_id":"w","event_type":"withdrawal_requested","amount":"5","fee":"0.1",)"
+      R"("user_id":7,"asset":"ETH","expires_in_s":600})");
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->type, EventType::kWithdrawalRequested);
+  EXPECT_EQ(e->fee->to_string(), "0.1");
+  EXPECT_EQ(e->expires_in, absl::Minutes(10));
+  e = parse_webhook(
+      R"({"event_id":"c","event_type":"withdrawal_confirmed","withdrawal_id":"w","user_id":7})");
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->hold_id, "w");
+  EXPECT_FALSE(e->amount.has_value()) << "capture all of it";
+  e = parse_webhook(
+      R"({"event_id":"c","event_type":"withdrawal_confirmed","withdrawal_id":"w","user_id":7,)"
+      R"("amount":"4.5","fee":"0"})");
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->amount->to_string(), "4.5");
+  EXPECT_TRUE(e->fee->is_zero());
+  e = parse_webhook(
+      R"({"event_id":"f","event_type":"withdrawal_failed","withdrawal_id":"w","user_id":7})");
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->type, EventType::kWithdrawalFailed);
+
+  EXPECT_THAT(rule_of(R"({"event_id":"w","event_type":"withdrawal_requested","user_id":7})"),
+              HasSubstr("\"amount\" is required"));
+  EXPECT_THAT(rule_of(R"({"event_id":"w","event_type":"withdrawal_requested","amount":"5",)"
+                      R"("user_id":7,"fee":0.1})"),
+              HasSubstr("\"fee\" must be a JSON string"));
+  EXPECT_THAT(rule_of(R"({"event_id":"w","event_type":"withdrawal_requested","amount":"5",)"
+                      R"("user_id":7,"fee":"-1"})"),
+              HasSubstr("fee"));
+  for (const char* bad : {"0", "2592001", "\"60\"", "1.5"}) {
+    EXPECT_THAT(rule_of(R"({"event_id":"w","event_type":"withdrawal_requested","amount":"5",)"
+                        R"("user_id":7,"expires_in_s":)" +
+                        std::string(bad) + "}"),
+                HasSubstr("\"expires_in_s\" must be an integer number of seconds, 1..2592000"))
+        << bad;
+  }
+  EXPECT_THAT(rule_of(R"({"event_id":"c","event_type":"withdrawal_confirmed","user_id":7})"),
+              HasSubstr("\"withdrawal_id\" is required"));
+  EXPECT_THAT(rule_of(R"({"event_id":"f","event_type":"withdrawal_failed","withdrawal_id":"w",)"
+                      R"("user_id":7,"amount":"5"})"),
+              HasSubstr("\"amount\" is not taken by withdrawal_failed"));
+  EXPECT_THAT(rule_of(R"({"event_id":"f","event_type":"withdrawal_failed","withdrawal_id":"w"})"),
+              HasSubstr("\"user_id\" must be a positive integer"));
 }
 
 }  // namespace

@@ -379,6 +379,28 @@ TEST_F(RelayTest, LedgerRelevanceAsksTheLedger) {
             Relevance::kQueryFailed);
 }
 
+TEST_F(RelayTest, LedgerRelevanceFollowsAHoldToItsFinalState) {
+  open_account(1, "100");
+  const RelevanceCheck check = ledger_relevance(schema_);
+  const auto ask = [&](std::string topic) {
+    return check(*conn_, {.topic = std::move(topic), .payload = R"({"event_id": "h1"})"});
+  };
+  ASSERT_EQ(ledger_->hold(*conn_, {.event_id = "h1", .user_id = 1, .amount = *Amount::parse("5")})
+                ->outcome,
+            Outcome::kApplied);
+  EXPECT_EQ(ask("held"), Relevance::kMatch);
+  EXPECT_EQ(ask("posted"), Relevance::kMismatch);
+  ASSERT_EQ(ledger_->void_hold(*conn_, {.hold_id = "h1"})->outcome, Outcome::kApplied);
+  EXPECT_EQ(ask("held"), Relevance::kMismatch) << "a 'held' letter after the void is obsolete";
+  EXPECT_EQ(ask("voided"), Relevance::kMatch);
+  EXPECT_EQ(ask("expired"), Relevance::kMismatch);
+  ASSERT_EQ(ledger_->hold(*conn_, {.event_id = "h2", .user_id = 1, .amount = *Amount::parse("500")})
+                ->outcome,
+            Outcome::kInsufficientFunds);
+  EXPECT_EQ(check(*conn_, {.topic = "insufficient_funds", .payload = R"({"event_id": "h2"})"}),
+            Relevance::kMatch);
+}
+
 TEST_F(RelayTest, RefusesAConfigurationItCannotRun) {
   RelayOptions no_transport = relay_options();
   no_transport.transport = nullptr;

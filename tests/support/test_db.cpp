@@ -127,10 +127,12 @@ void LedgerTest::record_event(const PaymentEvent& e, std::string_view status, in
   const std::string amount = e.amount.to_string();
   const std::string retries = std::to_string(retry_count);
   absl::StatusOr<Result> r = conn_->execute(
-      schema_.qualify("INSERT INTO {schema}.payment_events (event_id, user_id, amount, event_type, "
-                      "status, retry_count) VALUES ($1, $2::bigint, $3::numeric, $4, $5, $6::int)"),
+      schema_.qualify(
+          "INSERT INTO {schema}.payment_events (event_id, user_id, amount, event_type, status, "
+          "retry_count, asset) VALUES ($1, $2::bigint, $3::numeric, $4, $5, $6::int, "
+          "coalesce($7, (SELECT code FROM {schema}.assets WHERE is_default)))"),
       {Param(e.event_id), Param(user), Param(amount), Param(to_string(e.type)), Param(status),
-       Param(retries)});
+       Param(retries), e.asset ? Param(e.asset->code()) : Param()});
   ASSERT_TRUE(r.ok()) << r.status();
 }
 
@@ -148,7 +150,10 @@ void LedgerTest::expect_reconciled() {
   for (const BalanceMismatch& x : *m) {
     ADD_FAILURE() << "user " << x.user_id << " balance " << x.balance << " expected " << x.expected;
   }
-  EXPECT_EQ(count("SELECT count(*) FROM {schema}.users WHERE balance < 0"), 0);
+  EXPECT_EQ(
+      count(
+          "SELECT count(*) FROM {schema}.accounts WHERE balance < 0 OR held < 0 OR held > balance"),
+      0);
 }
 
 PaymentEvent LedgerTest::event(std::string id, EventType type, std::int64_t user,

@@ -42,9 +42,9 @@ class AdminCli : public LedgerTest {
               Outcome::kApplied);
     exec(
         "INSERT INTO {schema}.dead_letter_queue (event_id, event_type, user_id, amount, error, "
-        "reason) "
+        "reason, asset) "
         "VALUES ('x1', 'withdrawal', 1, 3, 'lock not available [SQLSTATE 55P03]', "
-        "'retries_exhausted')");
+        "'retries_exhausted', 'DEFAULT')");
   }
 };
 
@@ -135,7 +135,8 @@ TEST_F(AdminCli, DeadLetterReplayAppliesExactlyOnce) {
   record_event(event("q1", EventType::kDeposit, 1, "4"), "failed");
   exec(
       "INSERT INTO {schema}.dead_letter_queue (event_id, event_type, user_id, amount, error, "
-      "reason) VALUES ('q1', 'deposit', 1, 4, 'user row locked', 'retries_exhausted')");
+      "reason, asset) VALUES ('q1', 'deposit', 1, 4, 'user row locked', 'retries_exhausted', "
+      "'DEFAULT')");
   const std::string queued =
       scalar("SELECT id FROM {schema}.dead_letter_queue WHERE event_id = 'q1'");
   r = admin("dlq replay " + queued + " --reason 'after the incident'");
@@ -155,11 +156,11 @@ TEST_F(AdminCli, DeadLetterReplayAppliesExactlyOnce) {
 TEST_F(AdminCli, ReconcileAndCleanup) {
   CliRun r = admin("reconcile --full");
   EXPECT_EQ(r.exit_code, 0) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("1 users checked, 0 out of balance"));
-  exec("UPDATE {schema}.users SET balance = balance + 1");
+  EXPECT_THAT(r.out, HasSubstr("1 users checked (1 accounts), 0 out of balance"));
+  exec("UPDATE {schema}.accounts SET balance = balance + 1");
   r = admin("reconcile --full");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_THAT(r.out, HasSubstr("user 1: balance 16, expected 15"));
+  EXPECT_THAT(r.out, HasSubstr("user 1 DEFAULT: balance 16, expected 15; held 0, expected 0"));
   nlohmann::json j = nlohmann::json::parse(admin("reconcile --json", false).out);
   EXPECT_EQ(j["clean"], false);
   exec("UPDATE {schema}.processed_events SET created_at = now() - interval '2 days'");
@@ -184,7 +185,14 @@ TEST_F(AdminCli, BadArgumentsExit2AndChangeNothing) {
         std::string("--schema " + schema_name_ + " dlq list --limit 1e9"),
         std::string("--schema " + schema_name_ + " partitions ensure --months-ahead 1000"),
         std::string("--schema " + schema_name_ + " --frobnicate status"),
-        std::string("--schema " + schema_name_ + " dlq show abc")}) {
+        std::string("--schema " + schema_name_ + " dlq show abc"),
+        std::string("--schema " + schema_name_ + " assets add usdc --decimals 6"),
+        std::string("--schema " + schema_name_ + " assets add USDC --decimals 19"),
+        std::string("--schema " + schema_name_ + " assets add USDC"),
+        std::string("--schema " + schema_name_ + " assets add USDC --decimals 6 --contract 0xabc"),
+        std::string("--schema " + schema_name_ + " assets disable DEFAULT"),
+        std::string("--schema " + schema_name_ + " dlq discard 1 --reason " +
+                    std::string(1025, 'r'))}) {
     FILE* p = popen((cmd_prefix + args + " 2>&1").c_str(), "r");
     std::string out;
     std::array<char, 4096> buf{};
@@ -194,12 +202,61 @@ TEST_F(AdminCli, BadArgumentsExit2AndChangeNothing) {
   }
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.processed_events"), 1) << "nothing deleted";
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.reconciliation_runs"), 0) << "nothing ran";
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.assets"), 1) << "nothing registered";
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.operator_actions"), 0);
+}
+
+TEST_F(AdminCli, AssetsAddListDisableWithAuditAndLiabilities) {
+  CliRun r = admin(
+      "assets add USDC --decimals 6 --chain ethereum --contract "
+      "0xA0b86991c6218b36c1d19D4a2e9Eb0cE3606eB48");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("asset USDC registered (6 decimals)"));
+  EXPECT_EQ(admin("assets add USDC --decimals 6 --chain ethereum --contract "
+                  "0xa0b86991c6218b36c1d19d4a2e9eb0ce3606eb48")
+                .exit_code,
+            0)
+      << "the same again is fine";
+  r = admin("assets add USDC --decimals 8");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.out, HasSubstr("registered with 6 decimals"));
+  nlohmann::json list = nlohmann::json::parse(admin("assets list --json", false).out);
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[1]["asset"], "USDC");
+  EXPECT_EQ(list[1]["contract"], "0xa0b86991c6218b36c1d19d4a2e9eb0ce3606eb48");
+  EXPECT_EQ(list[1]["enabled"], "yes");
+
+  r = admin("assets disable USDC --reason 'issuer paused' --actor 'ticket 9'");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(
+      scalar("SELECT action || ' ' || target || ' ' || reason FROM {schema}.operator_actions"),
+      "asset_disable USDC issuer paused");
+  EXPECT_EQ(scalar("SELECT enabled FROM {schema}.assets WHERE code = 'USDC'"), "f");
+  EXPECT_EQ(admin("assets enable DOGE --reason x").exit_code, 1);
+  EXPECT_EQ(admin("assets enable USDC --reason back").exit_code, 0);
+
+  // What the ledger owes, per asset: user 1 has 15 DEFAULT of which 4 are held.
+  ASSERT_EQ(ledger_->hold(*conn_, {.event_id = "h", .user_id = 1, .amount = *Amount::parse("4")})
+                ->outcome,
+            Outcome::kApplied);
+  r = admin("liabilities");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  nlohmann::json owed = nlohmann::json::parse(admin("liabilities --json", false).out);
+  ASSERT_EQ(owed.size(), 2u);
+  EXPECT_EQ(owed[0]["asset"], "DEFAULT");
+  EXPECT_EQ(owed[0]["owed_to_users"], "15");
+  EXPECT_EQ(owed[0]["held"], "4");
+  EXPECT_EQ(owed[0]["available"], "11");
+  EXPECT_EQ(owed[0]["external"], "-5") << "the one deposit; the initial 10 came from outside";
+  EXPECT_EQ(owed[1]["asset"], "USDC");
+  EXPECT_EQ(owed[1]["owed_to_users"], "0");
 }
 
 TEST_F(AdminCli, ControlCharactersInStoredTextReachTheTerminalEscaped) {
   exec(
       "INSERT INTO {schema}.dead_letter_queue (event_id, event_type, user_id, amount, error, "
-      "reason) VALUES (E'evil\\x1b[2J\\nid', 'deposit', 1, 1, 'x', E'fake\\rrow')");
+      "reason, asset) VALUES (E'evil\\x1b[2J\\nid', 'deposit', 1, 1, 'x', E'fake\\rrow', "
+      "'DEFAULT')");
   const CliRun r = admin("dlq list");
   EXPECT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << "no raw escape reaches the terminal";

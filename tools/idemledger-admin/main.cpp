@@ -13,6 +13,11 @@
 //     partitions enable|ensure [--months-ahead N]   monthly partitions (ops/partitioning.hpp)
 //     relay status                    the delivery relay: marker, outbox, its DLQ, quarantine
 //     relay list [--limit N]          relay dead letters not delivered (open, then dropped)
+//     assets list                     the registered assets
+//     assets add CODE --decimals N [--chain C] [--contract X]   register one (idempotent)
+//     assets enable|disable CODE --reason TEXT   a disabled asset takes no new money; what
+//                                     exists settles (audited)
+//     liabilities                     per asset: what the ledger owes users, held, system accounts
 //
 // DSN and schema default to $IDEMLEDGER_DSN and $IDEMLEDGER_SCHEMA; a DSN may
 // also name a service (service=NAME, ~/.pg_service.conf) and take its
@@ -41,7 +46,9 @@ namespace {
                "usage: idemledger-admin [--dsn DSN] [--schema S] [--json] [--actor TEXT] "
                "migrate|status|stats|dlq list|dlq show ID|dlq replay|discard ID --reason TEXT|"
                "reconcile [--full] [--window-minutes N]|cleanup [--ttl-hours H]|"
-               "partitions enable|ensure [--months-ahead N]|relay status|relay list [--limit N]\n",
+               "partitions enable|ensure [--months-ahead N]|relay status|relay list [--limit N]|"
+               "assets list|assets add CODE --decimals N [--chain C] [--contract X]|"
+               "assets enable|disable CODE --reason TEXT|liabilities\n",
                why.c_str());
   std::exit(2);
 }
@@ -94,11 +101,20 @@ struct Args {
   }
 };
 
+// Longest argument taken: a DSN, a reason, a contract address fit easily.
+constexpr std::size_t kMaxArgumentLength = 1024;
+
 Args parse_args(int argc, char** argv) {
-  static const std::set<std::string> kValued = {"--dsn",          "--schema",         "--reason",
-                                                "--limit",        "--window-minutes", "--actor",
-                                                "--months-ahead", "--ttl-hours"};
+  static const std::set<std::string> kValued = {
+      "--dsn",          "--schema",    "--reason",   "--limit", "--window-minutes", "--actor",
+      "--months-ahead", "--ttl-hours", "--decimals", "--chain", "--contract"};
   Args a;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]).size() > kMaxArgumentLength) {
+      usage("argument " + std::to_string(i) + " is longer than " +
+            std::to_string(kMaxArgumentLength) + " bytes");
+    }
+  }
   if (const char* dsn = std::getenv("IDEMLEDGER_DSN")) a.dsn = dsn;
   std::string schema_name;
   if (const char* schema = std::getenv("IDEMLEDGER_SCHEMA"); schema != nullptr && *schema != '\0') {
@@ -336,12 +352,21 @@ int reconcile(idemledger::Connection& c, const Args& a) {
       must(a.full ? reconciler.full(c) : reconciler.hot_path(c, absl::Minutes(window)));
   if (a.json) {
     nlohmann::json out = {{"users_checked", r.users_checked},
+                          {"accounts_checked", r.accounts_checked},
                           {"clean", r.clean()},
                           {"mismatches", nlohmann::json::array()},
-                          {"duplicates", nlohmann::json::array()}};
+                          {"duplicates", nlohmann::json::array()},
+                          {"imbalances", nlohmann::json::array()}};
     for (const auto& m : r.mismatches) {
-      out["mismatches"].push_back(
-          {{"user_id", m.user_id}, {"balance", m.balance}, {"expected", m.expected}});
+      out["mismatches"].push_back({{"user_id", m.user_id},
+                                   {"asset", m.asset},
+                                   {"balance", m.balance},
+                                   {"expected", m.expected},
+                                   {"held", m.held},
+                                   {"expected_held", m.expected_held}});
+    }
+    for (const auto& i : r.imbalances) {
+      out["imbalances"].push_back({{"asset", i.asset}, {"sum", i.sum}});
     }
     for (const auto& d : r.duplicates) {
       out["duplicates"].push_back({{"source_event_id", d.source_event_id},
@@ -351,13 +376,19 @@ int reconcile(idemledger::Connection& c, const Args& a) {
     std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf(
-        "reconciliation (%s): %lld users checked, %zu out of balance, %zu duplicate ledger "
-        "entries\n",
-        a.full ? "full" : "hot path", static_cast<long long>(r.users_checked), r.mismatches.size(),
-        r.duplicates.size());
+        "reconciliation (%s): %lld users checked (%lld accounts), %zu out of balance, %zu "
+        "duplicate ledger entries, %zu assets not summing to zero\n",
+        a.full ? "full" : "hot path", static_cast<long long>(r.users_checked),
+        static_cast<long long>(r.accounts_checked), r.mismatches.size(), r.duplicates.size(),
+        r.imbalances.size());
     for (const auto& m : r.mismatches) {
-      std::printf("  user %lld: balance %s, expected %s\n", static_cast<long long>(m.user_id),
-                  m.balance.c_str(), m.expected.c_str());
+      std::printf("  user %lld %s: balance %s, expected %s; held %s, expected %s\n",
+                  static_cast<long long>(m.user_id), printable(m.asset).c_str(), m.balance.c_str(),
+                  m.expected.c_str(), m.held.c_str(), m.expected_held.c_str());
+    }
+    for (const auto& i : r.imbalances) {
+      std::printf("  asset %s: entries sum to %s, not 0\n", printable(i.asset).c_str(),
+                  i.sum.c_str());
     }
     for (const auto& d : r.duplicates) {
       std::printf("  duplicate: %s (%s) x%lld\n", printable(d.source_event_id).c_str(),
@@ -431,6 +462,64 @@ int relay(idemledger::Connection& c, const Args& a) {
   usage("relay status|list");
 }
 
+int assets(idemledger::Connection& c, const Args& a) {
+  const std::string sub = a.words.size() > 1 ? a.words[1] : "";
+  if (sub == "list") {
+    std::vector<std::vector<Cell>> rows;
+    for (const idemledger::Asset& x : must(idemledger::list_assets(c, a.schema))) {
+      rows.push_back({std::string(x.code.code()), x.decimals,
+                      x.chain.empty() ? Cell() : Cell(x.chain),
+                      x.contract.empty() ? Cell() : Cell(x.contract), x.enabled ? "yes" : "no",
+                      x.is_default ? "default" : ""});
+    }
+    print_table(a, {"asset", "decimals", "chain", "contract", "enabled", ""}, rows);
+    return 0;
+  }
+  if (sub != "add" && sub != "enable" && sub != "disable") {
+    usage(
+        "assets list|add CODE --decimals N [--chain C] [--contract X]|enable CODE --reason "
+        "TEXT|disable CODE --reason TEXT");
+  }
+  if (a.words.size() < 3) usage("assets " + sub + " needs an asset code");
+  absl::StatusOr<idemledger::AssetCode> code = idemledger::AssetCode::create(a.words[2]);
+  if (!code.ok()) usage(std::string(code.status().message()));
+  if (sub == "add") {
+    if (!a.has("--decimals")) usage("assets add needs --decimals");
+    const idemledger::Asset asset{.code = *code,
+                                  .decimals = static_cast<int>(a.number("--decimals", 18, 0, 18)),
+                                  .chain = a.has("--chain") ? a.flags.at("--chain") : "",
+                                  .contract = a.has("--contract") ? a.flags.at("--contract") : ""};
+    if (absl::Status s = idemledger::add_asset(c, a.schema, asset); !s.ok()) {
+      std::fprintf(stderr, "idemledger-admin: %s\n", printable(std::string(s.message())).c_str());
+      return s.code() == absl::StatusCode::kAlreadyExists ? 1 : 2;
+    }
+    std::printf("asset %s registered (%d decimals)\n", std::string(code->code()).c_str(),
+                asset.decimals);
+    return 0;
+  }
+  if (!a.has("--reason") || a.flags.at("--reason").empty())
+    usage("assets " + sub + " requires --reason");
+  if (absl::Status s = idemledger::set_asset_enabled(c, a.schema, *code, sub == "enable",
+                                                     a.flags.at("--reason"), actor(c, a));
+      !s.ok()) {
+    std::fprintf(stderr, "idemledger-admin: %s\n", printable(std::string(s.message())).c_str());
+    return s.code() == absl::StatusCode::kNotFound ? 1 : 2;
+  }
+  std::printf("asset %s %sd\n", std::string(code->code()).c_str(), sub.c_str());
+  return 0;
+}
+
+int liabilities(idemledger::Connection& c, const Args& a) {
+  std::vector<std::vector<Cell>> rows;
+  for (const idemledger::AssetLiabilities& l : must(idemledger::liabilities(c, a.schema))) {
+    rows.push_back({l.asset, l.accounts, l.owed.to_string(), l.held.to_string(),
+                    l.available.to_string(), l.external.to_string(), l.fees.to_string()});
+  }
+  print_table(a, {"asset", "accounts", "owed_to_users", "held", "available", "external", "fees"},
+              rows);
+  return 0;
+}
+
 int run(idemledger::Connection& c, const Args& a) {
   const std::string& verb = a.words[0];
   if (verb == "migrate") return migrate(c, a);
@@ -441,6 +530,8 @@ int run(idemledger::Connection& c, const Args& a) {
   if (verb == "cleanup") return cleanup(c, a);
   if (verb == "partitions") return partitions(c, a);
   if (verb == "relay") return relay(c, a);
+  if (verb == "assets") return assets(c, a);
+  if (verb == "liabilities") return liabilities(c, a);
   usage("unknown verb: " + printable(verb));
 }
 

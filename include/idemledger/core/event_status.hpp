@@ -25,6 +25,7 @@
 #include <utility>
 
 #include "idemledger/core/enum_names.hpp"
+#include "idemledger/core/state_machine.hpp"
 
 namespace idemledger {
 
@@ -44,7 +45,7 @@ inline constexpr std::array<EventStatus, 5> kAllEventStatuses = {
     EventStatus::kConfirmed, EventStatus::kFailed};
 
 // The seed's VALID_TRANSITIONS, edge by edge.
-inline constexpr std::array<std::pair<EventStatus, EventStatus>, 8> kValidTransitions = {{
+inline constexpr Edges<EventStatus, 8> kValidTransitions = {{
     {EventStatus::kPending, EventStatus::kEnqueued},
     {EventStatus::kPending, EventStatus::kFailed},
     {EventStatus::kEnqueued, EventStatus::kProcessing},
@@ -59,15 +60,12 @@ inline constexpr std::array<std::pair<EventStatus, EventStatus>, 8> kValidTransi
 // replaying a dead letter (idemledger-admin dlq replay) returns a failed event,
 // which never touched a balance, to pending. migrate() copies them into the
 // database table marked operator_only.
-inline constexpr std::array<std::pair<EventStatus, EventStatus>, 1> kOperatorTransitions = {{
+inline constexpr Edges<EventStatus, 1> kOperatorTransitions = {{
     {EventStatus::kFailed, EventStatus::kPending},
 }};
 
 [[nodiscard]] constexpr bool is_valid_transition(EventStatus from, EventStatus to) {
-  for (const auto& [f, t] : kValidTransitions) {
-    if (f == from && t == to) return true;
-  }
-  return false;
+  return has_edge(kValidTransitions, from, to);
 }
 
 [[nodiscard]] constexpr bool is_terminal(EventStatus s) {

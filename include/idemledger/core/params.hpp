@@ -9,7 +9,7 @@
 // Conversions: strings are viewed (an rvalue string is kept); integers in
 // decimal; bool as true/false; Amount canonically; absl::Duration as whole
 // milliseconds (bind it as $n::bigint * interval '1 millisecond');
-// std::nullopt and an empty std::optional as NULL.
+// std::nullopt and an empty std::optional as NULL (null_if_empty: "" too).
 //
 // Params is a value type meant to live for one call; thread-compatible.
 #ifndef IDEMLEDGER_CORE_PARAMS_HPP
@@ -33,6 +33,9 @@ namespace idemledger {
 
 // A bound text parameter; nullopt is SQL NULL.
 using Param = std::optional<std::string_view>;
+
+// For optional text where "" means "none": the empty string as NULL.
+inline Param null_if_empty(std::string_view v) { return v.empty() ? Param() : Param(v); }
 
 namespace internal {
 

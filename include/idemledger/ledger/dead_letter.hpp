@@ -27,7 +27,8 @@ struct DeadLetter {
   std::string event_id;
   std::string event_type;
   std::int64_t user_id = 0;
-  std::string amount;  // canonical Amount string
+  std::string asset;   // its code; "" for the default asset
+  std::string amount;  // canonical Amount string; "" for none (a void)
   std::string reason;  // short machine-readable cause: "retries_exhausted", "not_found", ...
   std::string error;   // the full error text
   std::string trace_id;

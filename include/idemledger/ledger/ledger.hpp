@@ -3,30 +3,47 @@
 //   idemledger::Ledger ledger({.schema = "idemledger"});
 //   absl::StatusOr<idemledger::Outcome> r = ledger.process_deposit(
 //       conn, {.event_id = "evt_1", .type = EventType::kDeposit, .user_id = 7,
-//              .amount = *idemledger::Amount::parse("50.25")});
+//              .amount = *idemledger::Amount::parse("50.25"), .asset = "USDC"});
 //   // kApplied the first time, kAlreadyApplied on every redelivery.
+//   absl::StatusOr<idemledger::HoldResult> h = ledger.hold(
+//       conn, {.event_id = "wd_9", .user_id = 7, .asset = "USDC",
+//              .amount = *idemledger::Amount::parse("20"), .fee =
+//              *idemledger::Amount::parse("0.5")});
+//   ... the chain transaction is final ...
+//   ledger.post(conn, {.hold_id = "wd_9"});     // or void_hold() when it failed
+//
+// The model: balances per (user, asset) account — balance, held and available
+// = balance - held — in double entry. Every applied event is a posting whose
+// entries sum to zero per asset: a deposit credits the user and debits the
+// asset's external (chain) account, a withdrawal the reverse, a fee moves
+// from the user to the asset's fees account. User accounts never go below
+// zero, nor hold more than they have; system accounts are the sum of their
+// entries and may be negative. Events that name no asset use the default
+// asset (migrate() names it), so the single-balance API works as before.
 //
 // Guarantees (each enforced by PostgreSQL, not by this process):
 // - An event (event_id, type) applied N >= 1 times, concurrently or years
-//   apart, changes the balance once and writes one balance_events row: the
-//   idempotency record's primary key and balance_events' UNIQUE (source_event_id,
+//   apart, changes the balance once and writes one posting: the idempotency
+//   record's primary key and balance_events' UNIQUE (source_event_id,
 //   event_type) are written in the same transaction as the balance change.
-// - A replay with different content (user, amount, type) is kAlreadyExists
-//   and alerted, never treated as a duplicate.
-// - A debit locks the user row (NOWAIT) and checks the balance under the lock;
-//   CHECK (balance >= 0) backs it. Two withdrawals never spend the same funds.
+// - A replay with different content (user, asset, amount, type) is
+//   kAlreadyExists and alerted, never treated as a duplicate.
+// - A debit or hold locks the account row (NOWAIT) and checks the available
+//   funds under the lock; CHECKs back it. Two withdrawals never spend the
+//   same funds; held funds are spendable only by posting their hold.
 // - Insufficient funds is an outcome, recorded durably: a replay answers
-//   kInsufficientFunds again and never debits.
+//   kInsufficientFunds again and never debits (a refused hold: state rejected).
 // - Every operation is one transaction and, with the libpq adapter, one round
-//   trip: the steps run in a server-side function installed by migrate().
+//   trip: the steps run in server-side functions installed by migrate().
 //
-// Errors: kInvalidArgument (bad input; nothing written), kNotFound (unknown
-// user), kAlreadyExists (conflicting replay), kFailedPrecondition (terminal or
-// inconsistent event, compensation exceeding the balance), and retryable
-// statuses (is_retryable) for lock timeouts, deadlocks, lost connections and
-// in-doubt commits. Every operation but open_account() is keyed, so its
-// statuses are marked idempotent (core/status.hpp) and with_retries() (core/
-// retry.hpp) retries even an in-doubt commit of it safely.
+// Errors: kInvalidArgument (bad input, an amount beyond its asset's decimals,
+// an unknown asset; nothing written), kNotFound (unknown user or hold),
+// kAlreadyExists (conflicting replay), kFailedPrecondition (terminal or
+// inconsistent event, a disabled asset, a compensation exceeding the
+// available funds), and retryable statuses (is_retryable) for lock timeouts,
+// deadlocks, lost connections and in-doubt commits. Every operation is keyed
+// (open_account by its content), so its statuses are marked idempotent
+// (core/status.hpp) and with_retries() retries even an in-doubt commit safely.
 //
 // Ledger is thread-safe (it holds only configuration); each call needs a
 // Connection that no other thread uses meanwhile.
@@ -34,6 +51,8 @@
 #define IDEMLEDGER_LEDGER_LEDGER_HPP
 
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -45,7 +64,10 @@
 #include "idemledger/core/amount.hpp"
 #include "idemledger/core/enum_names.hpp"
 #include "idemledger/core/event_type.hpp"
+#include "idemledger/core/params.hpp"
 #include "idemledger/core/schema.hpp"
+#include "idemledger/ledger/asset.hpp"
+#include "idemledger/ledger/hold.hpp"
 #include "idemledger/ledger/metrics.hpp"
 
 namespace idemledger {
@@ -56,14 +78,16 @@ class Connection;
 inline constexpr std::size_t kMaxEventIdLength = 128;
 
 enum class Outcome {
-  kApplied,            // the balance changed now
-  kAlreadyApplied,     // an earlier delivery changed it; nothing changed now
-  kInsufficientFunds,  // a debit refused for lack of funds (now or earlier)
+  kApplied,            // it happened now
+  kAlreadyApplied,     // an earlier delivery did it; nothing changed now
+  kInsufficientFunds,  // a debit or hold refused for lack of funds (now or earlier)
+  kRefused,            // a post or void refused: the hold is in another final state
 };
-inline constexpr EnumNames<Outcome, 3> kOutcomeNames{{{
+inline constexpr EnumNames<Outcome, 4> kOutcomeNames{{{
     {Outcome::kApplied, "applied"},
     {Outcome::kAlreadyApplied, "already_applied"},
     {Outcome::kInsufficientFunds, "insufficient_funds"},
+    {Outcome::kRefused, "refused"},
 }}};
 constexpr const auto& enum_names(Outcome) { return kOutcomeNames; }
 
@@ -71,7 +95,24 @@ struct PaymentEvent {
   std::string event_id;  // the provider's id: 1..128 bytes of valid UTF-8, no NUL
   EventType type = EventType::kDeposit;
   std::int64_t user_id = 0;
-  Amount amount;  // > 0
+  Amount amount;                   // > 0, within the asset's decimals
+  std::optional<AssetCode> asset;  // nullopt: the default asset
+};
+
+// What a hold step did, and the state it left (or found) the hold in.
+struct HoldResult {
+  Outcome outcome = Outcome::kApplied;
+  HoldState state = HoldState::kHeld;
+};
+
+// An account: one user's holdings of one asset.
+struct Account {
+  std::int64_t user_id = 0;
+  AssetCode asset = "DEFAULT";
+  Amount balance;
+  Amount held;
+  Amount initial_balance;
+  [[nodiscard]] Amount available() const;  // balance - held
 };
 
 struct LedgerOptions {
@@ -82,7 +123,7 @@ struct LedgerOptions {
   // Upper bound on one operation's server time (57014, retryable).
   absl::Duration statement_timeout = absl::Seconds(5);
   // Write a notification row into the outbox in the same transaction as the
-  // outcome ("credited", "debited", "insufficient_funds").
+  // outcome (topics: ledger/topics.hpp).
   bool write_notifications = false;
   // Receives critical alerts; nullptr means stderr_alert_sink().
   AlertSink* alerts = nullptr;
@@ -90,11 +131,15 @@ struct LedgerOptions {
   LedgerMetrics* metrics = nullptr;
 };
 
-// A user whose balance disagrees with initial_balance + SUM(balance_events).
+// An account whose stored balance or held amount disagrees with its ledger:
+// balance != initial_balance + SUM(its entries), or held != SUM(its open holds).
 struct BalanceMismatch {
-  std::int64_t user_id;
+  std::int64_t user_id = 0;
   std::string balance;
   std::string expected;
+  std::string asset;
+  std::string held;
+  std::string expected_held;
 };
 
 class Ledger {
@@ -105,26 +150,27 @@ class Ledger {
   //
   // Credits a deposit or airdrop. The event may be new to the database (it is
   // recorded in the same transaction) or recorded earlier by intake (pending)
-  // and claimed by a worker (enqueued); either way it ends confirmed.
+  // and claimed by a worker (enqueued); either way it ends confirmed. A
+  // user's first credit in an asset opens that account.
   // REQUIRES: event.type is kDeposit or kAirdrop.
   [[nodiscard]] absl::StatusOr<Outcome> process_deposit(Connection& conn,
                                                         const PaymentEvent& event) const;
 
   // process_withdrawal()
   //
-  // Debits a withdrawal or withdrawal fee, or records kInsufficientFunds (the
-  // event ends failed, the outcome is kept for replays).
+  // Debits a withdrawal or withdrawal fee at once (single phase), or records
+  // kInsufficientFunds (the event ends failed, the outcome is kept for
+  // replays). Only available funds (not held ones) can be spent.
   // REQUIRES: event.type is kWithdrawal or kWithdrawalFee.
   [[nodiscard]] absl::StatusOr<Outcome> process_withdrawal(Connection& conn,
                                                            const PaymentEvent& event) const;
 
   // process_event()
   //
-  // Applies an event of any type: process_deposit() or process_withdrawal()
-  // by type, and a reorg_compensation as a plain debit that answers
-  // kFailedPrecondition when it exceeds the balance (without the dead letter
-  // and alert process_compensation() adds). What the dispatcher and dead-letter
-  // replays use.
+  // Applies a single-phase event of any type: process_deposit() or
+  // process_withdrawal() by type, and a reorg_compensation as a plain debit
+  // that answers kFailedPrecondition when it exceeds the available funds
+  // (without the dead letter and alert process_compensation() adds).
   [[nodiscard]] absl::StatusOr<Outcome> process_event(Connection& conn,
                                                       const PaymentEvent& event) const;
 
@@ -135,29 +181,72 @@ class Ledger {
   // funds are already gone it never drives the balance negative: it answers
   // kFailedPrecondition, writes a dead_letter_queue row and raises a critical
   // alert, and can be retried once funds arrive.
-  [[nodiscard]] absl::StatusOr<Outcome> process_compensation(Connection& conn,
-                                                             std::string_view original_tx_hash,
-                                                             std::int64_t user_id,
-                                                             const Amount& amount) const;
+  [[nodiscard]] absl::StatusOr<Outcome> process_compensation(
+      Connection& conn, std::string_view original_tx_hash, std::int64_t user_id,
+      const Amount& amount, std::optional<AssetCode> asset = std::nullopt) const;
+
+  // hold()
+  //
+  // Reserves request.amount + request.fee of the account's available funds
+  // until request.expires_in from now: {kApplied, kHeld}; or records the
+  // refusal for lack of funds: {kInsufficientFunds, kRejected}. A repeated
+  // hold answers the first one's outcome and the hold's state now; the same
+  // id with other content is kAlreadyExists.
+  [[nodiscard]] absl::StatusOr<HoldResult> hold(Connection& conn, const HoldRequest& request) const;
+
+  // post()
+  //
+  // Captures a held hold — the withdrawal and fee entries as one posting;
+  // what is not captured is released: {kApplied, kPosted}. Already posted
+  // with the same amounts: {kAlreadyApplied, kPosted}. Voided, expired (also
+  // past expires_at before the sweeper came) or rejected: {kRefused, that
+  // state} — never posted. Capturing more than is held is kInvalidArgument;
+  // a hold whose withdrawal is still queued is kAborted (retry); none at all
+  // kNotFound.
+  [[nodiscard]] absl::StatusOr<HoldResult> post(Connection& conn, const PostRequest& request) const;
+
+  // void_hold()
+  //
+  // Releases a held hold: {kApplied, kVoided}; already voided:
+  // {kAlreadyApplied, kVoided}; posted, expired or rejected: {kRefused, that
+  // state}.
+  [[nodiscard]] absl::StatusOr<HoldResult> void_hold(Connection& conn,
+                                                     const VoidRequest& request) const;
+
+  // expire_holds()
+  //
+  // The sweeper: releases up to `limit` holds past their expiry, each
+  // exactly once (others running at the same time skip them). Returns how
+  // many it expired.
+  [[nodiscard]] absl::StatusOr<int> expire_holds(Connection& conn, int limit = 1000) const;
+
+  // find_hold(): the hold `hold_id` as it stands; kNotFound if there is none.
+  [[nodiscard]] absl::StatusOr<Hold> find_hold(Connection& conn, std::string_view hold_id) const;
 
   // open_account()
   //
-  // Creates user `user_id` with `initial_balance` (>= 0); kAlreadyExists if
-  // the user exists. Not keyed: an in-doubt commit is answered to the caller
-  // (with_retries() does not run it again), who must look whether the user
-  // exists.
+  // Opens `user_id`'s account in `asset` (nullopt: the default asset) with
+  // `initial_balance` (>= 0), creating the user if new. Idempotent: opening
+  // it again with the same initial balance is OK; with another,
+  // kAlreadyExists. An unknown asset is kInvalidArgument.
   [[nodiscard]] absl::Status open_account(Connection& conn, std::int64_t user_id,
-                                          const Amount& initial_balance) const;
+                                          const Amount& initial_balance,
+                                          std::optional<AssetCode> asset = std::nullopt) const;
 
-  // balance()
-  //
-  // The user's balance; kNotFound for an unknown user.
-  [[nodiscard]] absl::StatusOr<Amount> balance(Connection& conn, std::int64_t user_id) const;
+  // account(): balance, held and initial balance; kNotFound if never opened.
+  [[nodiscard]] absl::StatusOr<Account> account(
+      Connection& conn, std::int64_t user_id, std::optional<AssetCode> asset = std::nullopt) const;
+
+  // balance(): the account's balance (held funds included); kNotFound if none.
+  [[nodiscard]] absl::StatusOr<Amount> balance(Connection& conn, std::int64_t user_id,
+                                               std::optional<AssetCode> asset = std::nullopt) const;
 
   // find_balance_mismatches()
   //
-  // Users whose balance != initial_balance + SUM(balance_events), read in one
-  // REPEATABLE READ snapshot. Empty means the ledger reconciles.
+  // Accounts whose balance != initial_balance + SUM(entries) or whose held
+  // != SUM(open holds), read in one REPEATABLE READ snapshot. Empty means
+  // every account reconciles (ops/reconcile.hpp adds the per-asset zero-sum,
+  // in batches).
   [[nodiscard]] absl::StatusOr<std::vector<BalanceMismatch>> find_balance_mismatches(
       Connection& conn) const;
 
@@ -166,10 +255,20 @@ class Ledger {
  private:
   absl::StatusOr<Outcome> apply(Connection& conn, const PaymentEvent& event) const;
   absl::StatusOr<Outcome> apply_unmeasured(Connection& conn, const PaymentEvent& event) const;
+  // One hold step's statement, pipelined after the timeouts.
+  absl::StatusOr<HoldResult> run_hold_step(Connection& conn, std::string_view sql,
+                                           std::span<const Param> params, std::string_view what,
+                                           std::string_view id) const;
   void raise_alert(AlertSeverity severity, std::string_view key, std::string_view message) const;
+  // Counts one call's outcome (and its asset, once the database accepted it).
+  void record(absl::Time start, const absl::StatusOr<Outcome>& outcome,
+              std::optional<AssetCode> asset) const;
 
   LedgerOptions options_;
   std::string apply_sql_;
+  std::string hold_sql_;
+  std::string post_sql_;
+  std::string void_sql_;
   std::string timeouts_sql_;
   std::string lock_timeout_text_;
   std::string statement_timeout_text_;

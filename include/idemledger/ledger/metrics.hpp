@@ -11,8 +11,13 @@
 #ifndef IDEMLEDGER_LEDGER_METRICS_HPP
 #define IDEMLEDGER_LEDGER_METRICS_HPP
 
+#include <string>
+#include <string_view>
+
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "idemledger/core/metrics.hpp"
+#include "idemledger/core/mutex.hpp"
 #include "idemledger/core/schema.hpp"
 
 namespace idemledger {
@@ -24,7 +29,10 @@ class Connection;
 // The instruments the library records when given one (LedgerOptions,
 // DispatcherOptions, ReconcilerOptions):
 //   idemledger_ledger_outcomes_total{outcome}   applied | duplicate |
-//       insufficient_funds | conflict | error — one per Ledger call
+//       insufficient_funds | refused | conflict | error — one per Ledger call
+//   idemledger_asset_outcomes_total{asset,outcome}  the same by asset, for
+//       calls the database accepted (registered assets only: bounded)
+//   idemledger_holds_expired_total              holds the sweeper released
 //   idemledger_apply_duration_seconds           one Ledger call, client side
 //   idemledger_retries_scheduled_total          transient failure -> pending
 //   idemledger_dead_lettered_total{reason}      dead letters written
@@ -34,15 +42,25 @@ class Connection;
 //   idemledger_queue_events{status}             pending/enqueued/processing now
 //   idemledger_dead_letters_open                DLQ rows nobody resolved yet
 //   idemledger_last_reconciliation_timestamp_seconds
-// The last three are read from the database by refresh_queue_gauges().
+//   idemledger_holds_open, idemledger_holds_overdue   held now; held past expiry
+// The gauges are read from the database by refresh_queue_gauges().
 struct LedgerMetrics {
   explicit LedgerMetrics(MetricsRegistry& registry);
 
+  // Counts one outcome of `asset` (a registered asset's code, or "default").
+  // At most kMaxAssets codes get a series of their own; later ones count
+  // under "other", so the label stays bounded whatever happens.
+  void count_for_asset(std::string_view asset, std::string_view outcome);
+  static constexpr std::size_t kMaxAssets = 256;
+
+  MetricsRegistry& registry;
   Counter& applied;
   Counter& duplicates;
   Counter& insufficient_funds;
   Counter& conflicts;
   Counter& errors;
+  Counter& refused;
+  Counter& holds_expired;
   Histogram& apply_duration;
   Counter& retries_scheduled;
   Counter& dead_lettered_failed;
@@ -56,6 +74,12 @@ struct LedgerMetrics {
   Gauge& queue_processing;
   Gauge& dead_letters_open;
   Gauge& last_reconciliation;
+  Gauge& holds_open;
+  Gauge& holds_overdue;
+
+ private:
+  Mutex mu_;
+  absl::flat_hash_set<std::string> assets_seen_ ABSL_GUARDED_BY(mu_);
 };
 
 // refresh_queue_gauges()

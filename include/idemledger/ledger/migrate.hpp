@@ -28,6 +28,19 @@ namespace idemledger {
 
 class Connection;
 
+struct MigrateOptions {
+  Schema schema = kDefaultSchema;
+  // The default asset the single-balance API uses — and, on an upgrade from
+  // the one-balance model, the asset every existing balance and event is in.
+  // Read only when that asset is created (the first migrate() that reaches
+  // migration 10); later runs leave the registered default as it is.
+  std::string default_asset = "DEFAULT";
+  int default_asset_decimals = 18;
+  // Stop after this version (0: the latest). For testing upgrades only.
+  int target_version = 0;
+};
+
+[[nodiscard]] absl::Status migrate(Connection& conn, const MigrateOptions& options);
 [[nodiscard]] absl::Status migrate(Connection& conn, const Schema& schema = kDefaultSchema);
 
 // The highest migration version this library knows.

@@ -9,6 +9,8 @@
 // - DLQ flood: more than `dlq_flood_per_hour` dead letters in the last hour;
 // - stuck idempotency records: outcome `pending` for 5 min (a writer that
 //   never finished; the ledger itself never commits one);
+// - holds past their expiry still reserving funds (the sweeper,
+//   Ledger::expire_holds, is not running or not keeping up);
 // - a partitioned schema (partitioning.hpp) with no partition for next month.
 //
 // Thread-safe (no state).
@@ -33,7 +35,8 @@ struct MonitorOptions {
   absl::Duration queued_zombie_after = absl::Minutes(15);
   std::int64_t dlq_flood_per_hour = 100;
   absl::Duration stuck_record_after = absl::Minutes(5);
-  AlertSink* alerts = nullptr;  // nullptr means stderr_alert_sink()
+  absl::Duration overdue_hold_after = absl::Minutes(5);  // past expires_at
+  AlertSink* alerts = nullptr;                           // nullptr means stderr_alert_sink()
 };
 
 struct HealthReport {
@@ -41,11 +44,12 @@ struct HealthReport {
   std::int64_t zombie_queued = 0;  // pending or enqueued
   std::int64_t dead_letters_last_hour = 0;
   std::int64_t stuck_idempotency_records = 0;
+  std::int64_t overdue_holds = 0;
   bool dlq_flood = false;
   bool next_month_partition_missing = false;  // partitioned schemas only
   [[nodiscard]] bool healthy() const {
     return zombie_processing == 0 && zombie_queued == 0 && !dlq_flood &&
-           stuck_idempotency_records == 0 && !next_month_partition_missing;
+           stuck_idempotency_records == 0 && overdue_holds == 0 && !next_month_partition_missing;
   }
 };
 

@@ -1,8 +1,10 @@
 // idemledger/ops/reconcile.hpp — do the sums still match?
 //
 // "The queue drains" and "the sums match" are different signals; this is the
-// second. For every user checked: balance == initial_balance +
-// SUM(balance_events), and no (source_event_id, event_type) appears twice.
+// second. For every account of the users checked: balance == initial_balance
+// + SUM(its entries) and held == SUM(its open holds); no (source_event_id,
+// event_type) appears twice; and, in a full pass, every asset's entries —
+// user legs and system legs — sum to zero (double entry).
 //
 //   Reconciler r({.schema = "idemledger", .alerts = &pager});
 //   absl::StatusOr<ReconcileReport> hot = r.hot_path(conn, absl::Minutes(10));
@@ -44,12 +46,22 @@ struct DuplicateLedgerEntry {
   std::int64_t copies = 0;
 };
 
+// An asset whose entries do not sum to zero: a posting was half-written.
+struct AssetImbalance {
+  std::string asset;
+  std::string sum;
+};
+
 struct ReconcileReport {
   std::int64_t users_checked = 0;
-  std::vector<BalanceMismatch> mismatches;  // user, actual balance, expected balance
+  std::int64_t accounts_checked = 0;
+  std::vector<BalanceMismatch> mismatches;  // account, actual and expected balance and held
   std::vector<DuplicateLedgerEntry> duplicates;
-  std::int64_t last_user_id = 0;  // where a full pass got to: resume after it
-  [[nodiscard]] bool clean() const { return mismatches.empty() && duplicates.empty(); }
+  std::vector<AssetImbalance> imbalances;  // full pass only
+  std::int64_t last_user_id = 0;           // where a full pass got to: resume after it
+  [[nodiscard]] bool clean() const {
+    return mismatches.empty() && duplicates.empty() && imbalances.empty();
+  }
 };
 
 struct ReconcilerOptions {
@@ -72,7 +84,8 @@ class Reconciler {
 
   // full()
   //
-  // Every user with id > `after_user_id`, in batches of batch_users.
+  // Every user with id > `after_user_id`, in batches of batch_users, then the
+  // per-asset zero-sum of all entries in one snapshot.
   [[nodiscard]] absl::StatusOr<ReconcileReport> full(Connection& conn,
                                                      std::int64_t after_user_id = 0) const;
 
@@ -81,6 +94,7 @@ class Reconciler {
                            std::span<const Param> params, ReconcileReport& report) const;
   absl::Status find_duplicates(Connection& conn, std::string_view users_sql,
                                std::span<const Param> params, ReconcileReport& report) const;
+  absl::Status find_imbalances(Connection& conn, ReconcileReport& report) const;
   absl::Status finish(Connection& conn, std::string_view kind, absl::Time started,
                       const ReconcileReport& report) const;
 

@@ -58,6 +58,26 @@ struct StatsRow {
 [[nodiscard]] absl::StatusOr<std::vector<StatsRow>> ledger_stats(Connection& conn,
                                                                  const Schema& schema);
 
+// What the ledger owes its users in one asset — the figure an operator holds
+// against the custody wallets — and how the system accounts stand.
+struct AssetLiabilities {
+  std::string asset;
+  int decimals = 0;
+  std::int64_t accounts = 0;
+  Amount owed;       // SUM(user balances): everything users own, held included
+  Amount held;       // reserved by open holds (withdrawals on their way out)
+  Amount available;  // owed - held
+  // The system accounts, each the sum of its entries: the chain side
+  // (deposits make it negative, withdrawals positive) and the fees collected.
+  // Double entry: owed = SUM(initial balances) - external - fees.
+  Amount external;
+  Amount fees;
+};
+
+// liabilities(): one snapshot (REPEATABLE READ), every registered asset.
+[[nodiscard]] absl::StatusOr<std::vector<AssetLiabilities>> liabilities(Connection& conn,
+                                                                        const Schema& schema);
+
 }  // namespace idemledger
 
 #endif  // IDEMLEDGER_OPS_REPORT_HPP

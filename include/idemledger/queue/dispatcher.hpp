@@ -2,7 +2,11 @@
 //
 // Intake records events as `pending`; workers claim due ones with
 // FOR UPDATE SKIP LOCKED into `enqueued` under a lease, commit, then apply
-// each through the Ledger in its own transaction. No broker can lose a task
+// each through the Ledger in its own transaction: credits and single-phase
+// debits, and the steps of two-phase withdrawals (withdrawal_requested
+// holds, withdrawal_confirmed posts, withdrawal_failed voids; a post or void
+// the hold no longer allows ends failed with a dead letter — and the
+// ledger's critical alert, since the chain and the ledger then disagree). No broker can lose a task
 // because there is none: a claim that is never finished (worker killed,
 // hung) expires and is recovered.
 //
@@ -85,7 +89,14 @@ struct DispatcherOptions {
 
 // An event a worker owns until its lease expires.
 struct ClaimedEvent {
-  PaymentEvent event;
+  PaymentEvent event;  // for a void, amount is zero (it carries none)
+  // A two-phase withdrawal's step: the fee to hold or capture (nullopt: none
+  // given), the hold a post or void acts on, a hold's time left.
+  std::optional<Amount> fee;
+  std::string hold_id;
+  std::optional<absl::Duration> expires_in;
+  // Whether the event named its amount (a post without one captures all).
+  bool has_amount = true;
   int retry_count = 0;
   std::string trace_id;
   // Since intake recorded it, as the server saw at claim time, and when the
@@ -165,6 +176,8 @@ class Dispatcher {
  private:
   absl::StatusOr<Disposition> process_unmeasured(Connection& conn,
                                                  const ClaimedEvent& claimed) const;
+  // The Ledger call for the event's type.
+  absl::StatusOr<Outcome> apply(Connection& conn, const ClaimedEvent& claimed) const;
   void log_disposition(const ClaimedEvent& claimed, Disposition d, std::string_view error) const;
   // nullopt: go ahead and apply it; otherwise what became of the event instead.
   absl::StatusOr<std::optional<Disposition>> hold_until_final(Connection& conn,

@@ -74,25 +74,43 @@ class WebhookVerifier {
   absl::Duration tolerance_;
 };
 
+// Longest hold a withdrawal request may ask for.
+inline constexpr absl::Duration kMaxHoldExpiry = absl::Hours(24 * 30);
+
 // A webhook as the provider sent it, validated.
 struct WebhookEvent {
   std::string event_id;
   EventType type = EventType::kDeposit;
-  Amount amount;
+  std::optional<Amount> amount;  // required but for a void; a post without one captures all
+  // The asset: its code, or its chain (+ contract; none: the chain's native
+  // coin), or neither: the default asset. A post or void takes its hold's.
+  std::string asset;
+  std::string chain;
+  std::string contract;
   std::string to_address;               // credits: where the funds arrived
   std::string tx_hash;                  // credits, optional: the chain transaction (0x + 64 hex)
-  std::optional<std::int64_t> user_id;  // debits: our own user id
+  std::optional<std::int64_t> user_id;  // debits and withdrawal steps: our own user id
+  std::optional<Amount> fee;            // withdrawal_requested / _confirmed, optional
+  std::string hold_id;                  // withdrawal_confirmed / _failed: the request's event_id
+  std::optional<absl::Duration> expires_in;  // withdrawal_requested, optional
 };
 
 // parse_webhook()
 //
 // Strict JSON: an object of at most 64 KiB, valid UTF-8, no duplicate keys;
 // "event_id" a string of 1..128 bytes; "event_type" one of deposit, airdrop,
-// withdrawal, withdrawal_fee; "amount" a JSON *string* (a number is refused:
-// it may already have been rounded) that Amount::parse accepts; credits need
-// "to_address" (string, 1..128 bytes), debits "user_id" (positive integer);
-// credits may carry "tx_hash" (0x + 64 hex digits) for the finality check.
-// Unknown fields are ignored. kInvalidArgument names the rule broken.
+// withdrawal, withdrawal_fee, withdrawal_requested, withdrawal_confirmed,
+// withdrawal_failed; amounts ("amount", "fee") are JSON *strings* (a number
+// is refused: it may already have been rounded) that Amount::parse accepts.
+// The asset is "asset" (a code) or "chain" (+ "contract"), not both; its
+// registration and decimals are checked when the event is recorded.
+// Credits need "to_address" (string, 1..128 bytes) and may carry "tx_hash"
+// (0x + 64 hex digits) for the finality check; debits and withdrawal steps
+// need "user_id" (positive integer); withdrawal_requested an "amount", and
+// optionally "fee" and "expires_in_s" (1..2592000); withdrawal_confirmed and
+// withdrawal_failed a "withdrawal_id" (the request's event_id), a
+// confirmation optionally the captured "amount" and "fee", a failure no
+// amount. Unknown fields are ignored. kInvalidArgument names the rule broken.
 [[nodiscard]] absl::StatusOr<WebhookEvent> parse_webhook(std::string_view raw_body);
 
 enum class RecordResult {
@@ -111,7 +129,9 @@ constexpr const auto& enum_names(RecordResult) { return kRecordResultNames; }
 //
 // Records `event` as pending (INSERT ... ON CONFLICT (event_id) DO NOTHING)
 // and notifies listening workers, in one transaction. kAlreadyExists if the
-// id is known with different content; kNotFound for a debit of an unknown user.
+// id is known with different content; kNotFound for a debit of an unknown user;
+// kInvalidArgument for an unknown asset or an amount beyond its decimals;
+// kFailedPrecondition for a disabled asset.
 // Keyed by the event id: a retry after an in-doubt commit answers kDuplicate.
 [[nodiscard]] absl::StatusOr<RecordResult> record_webhook_event(Connection& conn,
                                                                 const Schema& schema,

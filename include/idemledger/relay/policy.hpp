@@ -120,7 +120,9 @@ struct Verdict {
 // A RelevanceCheck for the Ledger's own notifications, with its tables as
 // the source of truth: "credited"/"debited" MATCH while the event is
 // confirmed and no reorg compensation reversed it, else MISMATCH;
-// "insufficient_funds" MATCH while the event is failed; anything else
+// "insufficient_funds" MATCH while the event is failed (a hold: rejected);
+// "held", "posted", "voided", "expired" MATCH while the hold is in that
+// state; a topic that is not the ledger's
 // EXPIRED (the ledger cannot vouch for it); a query error QUERY_FAILED.
 [[nodiscard]] RelevanceCheck ledger_relevance(const Schema& schema = kDefaultSchema);
 

@@ -10,14 +10,21 @@ namespace {
 
 std::optional<absl::StatusCode> code_for(std::string_view state) {
   if (state == kConflictingReplay) return absl::StatusCode::kAlreadyExists;
-  if (state == kUnknownUser || state == kEventNotFound || state == kDeadLetterNotFound) {
+  if (state == kUnknownUser || state == kEventNotFound || state == kDeadLetterNotFound ||
+      state == kHoldNotFound) {
     return absl::StatusCode::kNotFound;
   }
+  if (state == kUnknownAsset || state == kTooManyDecimals || state == kCaptureExceedsHold) {
+    return absl::StatusCode::kInvalidArgument;
+  }
   if (state == kCompensationExceedsBalance || state == kInvalidTransition ||
-      state == kEventTerminal || state == kDeadLetterResolved || state == kRelayEnvelopeFixed) {
+      state == kEventTerminal || state == kDeadLetterResolved || state == kRelayEnvelopeFixed ||
+      state == kAssetDisabled || state == kAssetFixed || state == kInvalidHoldTransition) {
     return absl::StatusCode::kFailedPrecondition;
   }
-  if (state == kConcurrentChange || state == kRecordInFlight) return absl::StatusCode::kAborted;
+  if (state == kConcurrentChange || state == kRecordInFlight || state == kHoldNotYetApplied) {
+    return absl::StatusCode::kAborted;
+  }
   if (state == kGuardWithoutRecord || state == kInconsistentRecord) {
     return absl::StatusCode::kInternal;
   }

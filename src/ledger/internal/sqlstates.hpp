@@ -14,15 +14,23 @@ inline constexpr std::string_view kUnknownUser = "IL002";                 // kNo
 inline constexpr std::string_view kCompensationExceedsBalance = "IL003";  // kFailedPrecondition
 inline constexpr std::string_view kGuardWithoutRecord =
     "IL004";  // duplicate caught by balance_events
-inline constexpr std::string_view kInvalidTransition = "IL010";   // kFailedPrecondition
-inline constexpr std::string_view kEventNotFound = "IL011";       // kNotFound
-inline constexpr std::string_view kEventTerminal = "IL012";       // kFailedPrecondition
-inline constexpr std::string_view kConcurrentChange = "IL013";    // kAborted (retry)
-inline constexpr std::string_view kInconsistentRecord = "IL014";  // kInternal (alert)
-inline constexpr std::string_view kDeadLetterNotFound = "IL015";  // kNotFound
-inline constexpr std::string_view kDeadLetterResolved = "IL016";  // kFailedPrecondition
-inline constexpr std::string_view kRelayEnvelopeFixed = "IL017";  // kFailedPrecondition
-inline constexpr std::string_view kRecordInFlight = "IL020";      // kAborted (retry)
+inline constexpr std::string_view kInvalidTransition = "IL010";      // kFailedPrecondition
+inline constexpr std::string_view kEventNotFound = "IL011";          // kNotFound
+inline constexpr std::string_view kEventTerminal = "IL012";          // kFailedPrecondition
+inline constexpr std::string_view kConcurrentChange = "IL013";       // kAborted (retry)
+inline constexpr std::string_view kInconsistentRecord = "IL014";     // kInternal (alert)
+inline constexpr std::string_view kDeadLetterNotFound = "IL015";     // kNotFound
+inline constexpr std::string_view kDeadLetterResolved = "IL016";     // kFailedPrecondition
+inline constexpr std::string_view kRelayEnvelopeFixed = "IL017";     // kFailedPrecondition
+inline constexpr std::string_view kRecordInFlight = "IL020";         // kAborted (retry)
+inline constexpr std::string_view kUnknownAsset = "IL030";           // kInvalidArgument
+inline constexpr std::string_view kAssetDisabled = "IL031";          // kFailedPrecondition
+inline constexpr std::string_view kTooManyDecimals = "IL032";        // kInvalidArgument
+inline constexpr std::string_view kHoldNotFound = "IL034";           // kNotFound
+inline constexpr std::string_view kHoldNotYetApplied = "IL035";      // kAborted (retry)
+inline constexpr std::string_view kCaptureExceedsHold = "IL036";     // kInvalidArgument
+inline constexpr std::string_view kAssetFixed = "IL041";             // kFailedPrecondition
+inline constexpr std::string_view kInvalidHoldTransition = "IL050";  // kFailedPrecondition
 
 // Translates a failed ledger statement into the status a caller acts on. Our
 // own SQLSTATEs get their codes; 23505 (a concurrent writer created the same
