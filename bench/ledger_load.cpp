@@ -201,14 +201,14 @@ int main(int argc, char** argv) {
           hold.amount = small[local() % small.size()];  // balances never run dry
           absl::StatusOr<idemledger::HoldResult> h = idemledger::with_retries(
               idemledger::RetryPolicy{}, [&] { return ledger.hold(**c, hold); });
-          if (!h.ok() || h->outcome != idemledger::Outcome::kApplied) {
+          if (!h.ok() || h->outcome != idemledger::HoldOutcome::kApplied) {
             return report("hold", e.event_id, h.status(),
                           h.ok() ? idemledger::to_string(h->outcome) : "");
           }
           post.hold_id = e.event_id;
           absl::StatusOr<idemledger::HoldResult> p = idemledger::with_retries(
               idemledger::RetryPolicy{}, [&] { return ledger.post(**c, post); });
-          if (!p.ok() || p->outcome != idemledger::Outcome::kApplied) {
+          if (!p.ok() || p->outcome != idemledger::HoldOutcome::kApplied) {
             return report("post", e.event_id, p.status(),
                           p.ok() ? idemledger::to_string(p->outcome) : "");
           }

@@ -157,9 +157,6 @@ int main(int argc, char** argv) {
               ++tally.insufficient;
               ++refused_per_event[static_cast<std::size_t>(d.event)];
               break;
-            case Outcome::kRefused:  // only a post or void of a hold; none here
-              ++tally.errors;
-              break;
           }
         }
       });

@@ -54,6 +54,9 @@ constexpr EnumNames<ApplyAnswer, 5> kApplyAnswerNames{{{
 }}};
 constexpr const auto& enum_names(ApplyAnswer) { return kApplyAnswerNames; }
 
+// The per-asset metrics label of an event that named no asset.
+constexpr std::string_view kDefaultAssetLabel = "default";
+
 absl::Status check_hold_id(std::string_view hold_id) {
   if (hold_id.empty() || hold_id.size() > kMaxEventIdLength) {
     return absl::InvalidArgumentError(
@@ -146,36 +149,28 @@ absl::StatusOr<Outcome> Ledger::apply(Connection& conn, const PaymentEvent& even
   // Every apply is keyed by (event_id, type): running it again can never
   // apply it twice, so even an in-doubt commit may be retried.
   if (!outcome.ok()) outcome = mark_idempotent(outcome.status());
-  record(start, outcome, event.asset);
+  record(start, outcome.status(), outcome.ok() ? to_string(*outcome) : "",
+         event.asset ? event.asset->code() : kDefaultAssetLabel);
   return outcome;
 }
 
-void Ledger::record(absl::Time start, const absl::StatusOr<Outcome>& outcome,
-                    std::optional<AssetCode> asset) const {
+void Ledger::record(absl::Time start, const absl::Status& status, std::string_view outcome,
+                    std::optional<std::string_view> asset) const {
   if (options_.metrics == nullptr) return;
   LedgerMetrics& m = *options_.metrics;
   m.apply_duration.observe(absl::Now() - start);
-  if (!outcome.ok()) {
-    (outcome.status().code() == absl::StatusCode::kAlreadyExists ? m.conflicts : m.errors)
-        .increment();
+  if (!status.ok()) {
+    (status.code() == absl::StatusCode::kAlreadyExists ? m.conflicts : m.errors).increment();
     return;
   }
-  switch (*outcome) {
-    case Outcome::kApplied:
-      m.applied.increment();
-      break;
-    case Outcome::kAlreadyApplied:
-      m.duplicates.increment();
-      break;
-    case Outcome::kInsufficientFunds:
-      m.insufficient_funds.increment();
-      break;
-    case Outcome::kRefused:
-      m.refused.increment();
-      break;
-  }
+  // Outcome and HoldOutcome share their names.
+  Counter& counter = outcome == to_string(Outcome::kApplied)             ? m.applied
+                     : outcome == to_string(Outcome::kAlreadyApplied)    ? m.duplicates
+                     : outcome == to_string(Outcome::kInsufficientFunds) ? m.insufficient_funds
+                                                                         : m.refused;
+  counter.increment();
   // The database accepted the asset: a registered one, so the label is bounded.
-  m.count_for_asset(asset ? asset->code() : std::string_view("default"), to_string(*outcome));
+  if (asset) m.count_for_asset(*asset, outcome);
 }
 
 absl::StatusOr<Outcome> Ledger::apply_unmeasured(Connection& conn,
@@ -250,12 +245,14 @@ absl::StatusOr<HoldResult> Ledger::run_hold_step(Connection& conn, std::string_v
   }
   absl::StatusOr<Row> row = r->single_row(what);
   if (!row.ok()) return row.status();
-  auto read = row->read<Outcome, HoldState>();
+  auto read = row->read<HoldOutcome, HoldState>();
   if (!read.ok()) return read.status();
   const auto [outcome, state] = *read;
-  if (outcome == Outcome::kRefused) {
-    // A post the hold no longer allows: funds may have left custody while
-    // the ledger released them (expired, voided). Someone must look.
+  if (outcome == HoldOutcome::kRefused) {
+    // A step the hold no longer allows: a post of a released hold means funds
+    // may have left custody while the ledger released them (expired,
+    // voided); a void of a posted one, that the chain and the provider
+    // disagree. Someone must look.
     raise_alert(AlertSeverity::kCritical, fmt::format("hold_refused:{}", id),
                 fmt::format("{} of hold {} refused: the hold is {}", what, id, to_string(state)));
   }
@@ -284,7 +281,8 @@ absl::StatusOr<HoldResult> Ledger::hold(Connection& conn, const HoldRequest& req
                       request.asset ? Param(request.asset->code()) : Param(), request.amount,
                       request.fee, request.expires_in, fingerprint, options_.write_notifications);
   absl::StatusOr<HoldResult> r = run_hold_step(conn, hold_sql_, params, "hold", request.event_id);
-  record(start, r.ok() ? absl::StatusOr<Outcome>(r->outcome) : r.status(), request.asset);
+  record(start, r.status(), r.ok() ? to_string(r->outcome) : "",
+         request.asset ? request.asset->code() : kDefaultAssetLabel);
   return r;
 }
 
@@ -298,7 +296,8 @@ absl::StatusOr<HoldResult> Ledger::post(Connection& conn, const PostRequest& req
   const Params params(request.hold_id, null_if_empty(request.event_id), request.user_id,
                       request.amount, request.fee, options_.write_notifications);
   absl::StatusOr<HoldResult> r = run_hold_step(conn, post_sql_, params, "post", request.hold_id);
-  record(start, r.ok() ? absl::StatusOr<Outcome>(r->outcome) : r.status(), std::nullopt);
+  record(start, r.status(), r.ok() ? to_string(r->outcome) : "",
+         std::nullopt);  // asset unknown here
   return r;
 }
 
@@ -308,7 +307,8 @@ absl::StatusOr<HoldResult> Ledger::void_hold(Connection& conn, const VoidRequest
   const Params params(request.hold_id, null_if_empty(request.event_id), request.user_id,
                       options_.write_notifications);
   absl::StatusOr<HoldResult> r = run_hold_step(conn, void_sql_, params, "void", request.hold_id);
-  record(start, r.ok() ? absl::StatusOr<Outcome>(r->outcome) : r.status(), std::nullopt);
+  record(start, r.status(), r.ok() ? to_string(r->outcome) : "",
+         std::nullopt);  // asset unknown here
   return r;
 }
 

@@ -100,8 +100,6 @@ absl::StatusOr<Disposition> Dispatcher::process_unmeasured(Connection& conn,
       return Disposition::kAlreadyApplied;
     case Outcome::kInsufficientFunds:
       return Disposition::kInsufficientFunds;
-    case Outcome::kRefused:
-      break;  // a hold step the hold no longer allows: apply() said which
   }
   return absl::InternalError("unknown ledger outcome");
 }
@@ -134,14 +132,21 @@ absl::StatusOr<Outcome> Dispatcher::apply(Connection& conn, const ClaimedEvent& 
       return ledger_.process_event(conn, e);
   }
   if (!step.ok()) return step.status();
-  if (step->outcome == Outcome::kRefused) {
-    // The hold is in another final state (the ledger raised the alert): a
-    // permanent failure of this event, with a dead letter for an operator.
-    return absl::FailedPreconditionError(fmt::format("{} of hold {} refused: the hold is {}",
-                                                     to_string(e.type), claimed.hold_id,
-                                                     to_string(step->state)));
+  switch (step->outcome) {
+    case HoldOutcome::kApplied:
+      return Outcome::kApplied;
+    case HoldOutcome::kAlreadyApplied:
+      return Outcome::kAlreadyApplied;
+    case HoldOutcome::kInsufficientFunds:
+      return Outcome::kInsufficientFunds;
+    case HoldOutcome::kRefused:
+      break;
   }
-  return step->outcome;
+  // The hold is in another final state (the ledger raised the alert): a
+  // permanent failure of this event, with a dead letter for an operator.
+  return absl::FailedPreconditionError(fmt::format("{} of hold {} refused: the hold is {}",
+                                                   to_string(e.type), claimed.hold_id,
+                                                   to_string(step->state)));
 }
 
 absl::StatusOr<std::optional<Disposition>> Dispatcher::hold_until_final(

@@ -148,7 +148,7 @@ set +e
 wait "$provider"
 provider_status=$?
 set -e
-cat "$logs/provider.log" | sed -n '/^provider sent/,$p'
+sed -n '/^provider: round one/,$p' "$logs/provider.log"
 
 # The relays finish what the workers wrote (the last outage is over by now).
 mock_http POST "/control?mode=ok" >/dev/null
@@ -177,7 +177,7 @@ still_held=$(q "SELECT count(*) FROM $schema.holds WHERE state = 'held'")
 # already voided/expired: then the confirmation failed, dead-lettered).
 posted_without_confirmation=$(q "SELECT count(*) FROM $schema.holds h WHERE h.state = 'posted'
    AND NOT EXISTS (SELECT 1 FROM $schema.payment_events e WHERE e.hold_id = h.event_id
-                   AND e.event_type = 'withdrawal_confirmed' AND e.status = 'confirmed')"))
+                   AND e.event_type = 'withdrawal_confirmed' AND e.status = 'confirmed')")
 failed_by_reason=$(sql "SELECT coalesce(string_agg(reason || ' ' || n, ', '), 'none') FROM (
    SELECT d.reason, count(DISTINCT d.event_id) n FROM $schema.dead_letter_queue d
      JOIN $schema.payment_events e ON e.event_id = d.event_id AND e.status = 'failed'
@@ -233,7 +233,7 @@ verdict() { if [[ "$2" == "$3" ]]; then row "$1" "$2"; else row "$1" "$2   <-- V
 echo
 echo "chaos soak: $events events, ${chaos_s}s of chaos, wall ${wall}s"
 row "events recorded (sent: $events)" "$events_recorded"
-row "deliveries" "$(sed -n 's/.*sent \([0-9]*\) good deliveries.*/\1/p' "$logs/provider.log")"
+row "deliveries (both rounds, bad ones included)" "$(sed -n 's/^provider: round.* \([0-9]*\) deliveries.*/\1/p' "$logs/provider.log" | awk '{n += $1} END {print n}')"
 row "duplicates absorbed" "$(sed -n 's/.*duplicates absorbed *\([0-9]*\).*/\1/p' "$logs/provider.log")"
 row "workers SIGKILLed" "$kills"
 row "worker connections killed by the server" "$conn_kills"

@@ -206,7 +206,7 @@ TEST_F(Assets, ADisabledAssetTakesNoNewMoneyButWhatIsHeldStillSettles) {
                                 .asset = AssetCode("USDC"),
                                 .amount = *Amount::parse("40")})
                 ->outcome,
-            Outcome::kApplied);
+            HoldOutcome::kApplied);
   ASSERT_TRUE(set_asset_enabled(*conn_, schema_, "USDC", false, "issuer paused", "test").ok());
 
   absl::StatusOr<Outcome> r =
@@ -227,7 +227,7 @@ TEST_F(Assets, ADisabledAssetTakesNoNewMoneyButWhatIsHeldStillSettles) {
       << "a replay still answers";
   absl::StatusOr<HoldResult> posted = ledger_->post(*conn_, {.hold_id = "h_1"});
   ASSERT_TRUE(posted.ok()) << posted.status();
-  EXPECT_EQ(posted->outcome, Outcome::kApplied) << "funds already promised are never trapped";
+  EXPECT_EQ(posted->outcome, HoldOutcome::kApplied) << "funds already promised are never trapped";
   EXPECT_EQ(balance_in(1, "USDC"), "60");
   EXPECT_EQ(set_asset_enabled(*conn_, schema_, "DOGE", true, "r", "test").code(),
             absl::StatusCode::kNotFound);

@@ -29,8 +29,6 @@ int exit_code_for(const absl::StatusOr<Outcome>& r) {
       return kAlreadyApplied;
     case Outcome::kInsufficientFunds:
       return kInsufficient;
-    case Outcome::kRefused:
-      return kError;
   }
   return kError;
 }

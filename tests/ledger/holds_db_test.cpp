@@ -29,7 +29,7 @@ class Holds : public LedgerTest {
   HoldResult hold(const HoldRequest& r) {
     absl::StatusOr<HoldResult> h = ledger_->hold(*conn_, r);
     EXPECT_TRUE(h.ok()) << h.status();
-    return h.value_or(HoldResult{.outcome = Outcome::kRefused});
+    return h.value_or(HoldResult{.outcome = HoldOutcome::kRefused});
   }
   absl::StatusOr<HoldResult> post(std::string id, std::optional<std::string_view> amount = {},
                                   std::optional<std::string_view> fee = {}) {
@@ -60,7 +60,7 @@ MATCHER_P2(Is, outcome, state, "") {
 
 TEST_F(Holds, AHoldReservesAmountPlusFee_OnlyTheRestIsAvailable) {
   const HoldResult h = hold(request("w_1", "30", "1"));
-  EXPECT_EQ(h.outcome, Outcome::kApplied);
+  EXPECT_EQ(h.outcome, HoldOutcome::kApplied);
   EXPECT_EQ(h.state, HoldState::kHeld);
   const Account a = account();
   EXPECT_EQ(a.balance.to_string(), "100") << "nothing leaves before the post";
@@ -82,9 +82,9 @@ TEST_F(Holds, AHoldReservesAmountPlusFee_OnlyTheRestIsAvailable) {
 }
 
 TEST_F(Holds, ARepeatedHoldAnswersTheFirst_OtherContentIsAConflict) {
-  ASSERT_EQ(hold(request("w_1", "30", "1")).outcome, Outcome::kApplied);
+  ASSERT_EQ(hold(request("w_1", "30", "1")).outcome, HoldOutcome::kApplied);
   const HoldResult again = hold(request("w_1", "30", "1"));
-  EXPECT_EQ(again.outcome, Outcome::kAlreadyApplied);
+  EXPECT_EQ(again.outcome, HoldOutcome::kAlreadyApplied);
   EXPECT_EQ(again.state, HoldState::kHeld);
   EXPECT_EQ(account().held.to_string(), "31") << "held once";
 
@@ -98,16 +98,16 @@ TEST_F(Holds, ARepeatedHoldAnswersTheFirst_OtherContentIsAConflict) {
   EXPECT_EQ(ledger_->hold(*conn_, other_user).status().code(), absl::StatusCode::kAlreadyExists);
 
   // A refused hold is recorded like an insufficient-funds withdrawal, and answered so again.
-  EXPECT_EQ(hold(request("w_2", "500")).outcome, Outcome::kInsufficientFunds);
-  EXPECT_EQ(hold(request("w_2", "500")).outcome, Outcome::kInsufficientFunds);
+  EXPECT_EQ(hold(request("w_2", "500")).outcome, HoldOutcome::kInsufficientFunds);
+  EXPECT_EQ(hold(request("w_2", "500")).outcome, HoldOutcome::kInsufficientFunds);
   EXPECT_EQ(state("w_2"), "rejected");
   EXPECT_EQ(topics("insufficient_funds"), 1);
   expect_reconciled();
 }
 
 TEST_F(Holds, APostCapturesAmountAndFeeAsOnePosting) {
-  ASSERT_EQ(hold(request("w_1", "30", "1")).outcome, Outcome::kApplied);
-  EXPECT_THAT(post("w_1"), Is(Outcome::kApplied, HoldState::kPosted));
+  ASSERT_EQ(hold(request("w_1", "30", "1")).outcome, HoldOutcome::kApplied);
+  EXPECT_THAT(post("w_1"), Is(HoldOutcome::kApplied, HoldState::kPosted));
   const Account a = account();
   EXPECT_EQ(a.balance.to_string(), "69");
   EXPECT_EQ(a.held.to_string(), "0");
@@ -120,10 +120,10 @@ TEST_F(Holds, APostCapturesAmountAndFeeAsOnePosting) {
   EXPECT_EQ(topics("posted"), 1);
 
   // Delivered again: the same answer, nothing written. Different amounts: a conflict.
-  EXPECT_THAT(post("w_1"), Is(Outcome::kAlreadyApplied, HoldState::kPosted));
-  EXPECT_THAT(post("w_1", "30", "1"), Is(Outcome::kAlreadyApplied, HoldState::kPosted));
+  EXPECT_THAT(post("w_1"), Is(HoldOutcome::kAlreadyApplied, HoldState::kPosted));
+  EXPECT_THAT(post("w_1", "30", "1"), Is(HoldOutcome::kAlreadyApplied, HoldState::kPosted));
   EXPECT_EQ(post("w_1", "29").status().code(), absl::StatusCode::kAlreadyExists);
-  EXPECT_THAT(void_hold("w_1"), Is(Outcome::kRefused, HoldState::kPosted))
+  EXPECT_THAT(void_hold("w_1"), Is(HoldOutcome::kRefused, HoldState::kPosted))
       << "a void after the post is told the hold is posted";
   EXPECT_EQ(account().balance.to_string(), "69");
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events"), 2);
@@ -132,14 +132,14 @@ TEST_F(Holds, APostCapturesAmountAndFeeAsOnePosting) {
 }
 
 TEST_F(Holds, PostingLessReleasesTheRest_PostingMoreIsRefused) {
-  ASSERT_EQ(hold(request("w_1", "30", "2")).outcome, Outcome::kApplied);
+  ASSERT_EQ(hold(request("w_1", "30", "2")).outcome, HoldOutcome::kApplied);
   absl::StatusOr<HoldResult> over = post("w_1", "30.5");
   EXPECT_EQ(over.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(over.status().message()), HasSubstr("exceeds what it holds"));
   EXPECT_EQ(post("w_1", "30", "3").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(state("w_1"), "held") << "a refused capture changes nothing";
 
-  EXPECT_THAT(post("w_1", "25", "1"), Is(Outcome::kApplied, HoldState::kPosted));
+  EXPECT_THAT(post("w_1", "25", "1"), Is(HoldOutcome::kApplied, HoldState::kPosted));
   const Account a = account();
   EXPECT_EQ(a.balance.to_string(), "74");
   EXPECT_EQ(a.held.to_string(), "0") << "the 6 not captured is released";
@@ -150,10 +150,10 @@ TEST_F(Holds, PostingLessReleasesTheRest_PostingMoreIsRefused) {
 }
 
 TEST_F(Holds, AVoidReleasesEverything_AndAVoidedHoldIsNeverPosted) {
-  ASSERT_EQ(hold(request("w_1", "30", "1")).outcome, Outcome::kApplied);
-  EXPECT_THAT(void_hold("w_1"), Is(Outcome::kApplied, HoldState::kVoided));
-  EXPECT_THAT(void_hold("w_1"), Is(Outcome::kAlreadyApplied, HoldState::kVoided));
-  EXPECT_THAT(post("w_1"), Is(Outcome::kRefused, HoldState::kVoided));
+  ASSERT_EQ(hold(request("w_1", "30", "1")).outcome, HoldOutcome::kApplied);
+  EXPECT_THAT(void_hold("w_1"), Is(HoldOutcome::kApplied, HoldState::kVoided));
+  EXPECT_THAT(void_hold("w_1"), Is(HoldOutcome::kAlreadyApplied, HoldState::kVoided));
+  EXPECT_THAT(post("w_1"), Is(HoldOutcome::kRefused, HoldState::kVoided));
   const Account a = account();
   EXPECT_EQ(a.balance.to_string(), "100");
   EXPECT_EQ(a.held.to_string(), "0");
@@ -161,42 +161,42 @@ TEST_F(Holds, AVoidReleasesEverything_AndAVoidedHoldIsNeverPosted) {
   EXPECT_EQ(topics("voided"), 1);
   // A refused hold neither.
   ASSERT_EQ(hold(request("w_2", "101")).state, HoldState::kRejected);
-  EXPECT_THAT(post("w_2"), Is(Outcome::kRefused, HoldState::kRejected));
-  EXPECT_THAT(void_hold("w_2"), Is(Outcome::kRefused, HoldState::kRejected));
+  EXPECT_THAT(post("w_2"), Is(HoldOutcome::kRefused, HoldState::kRejected));
+  EXPECT_THAT(void_hold("w_2"), Is(HoldOutcome::kRefused, HoldState::kRejected));
   expect_reconciled();
 }
 
 TEST_F(Holds, TheSweeperExpiresEachHoldOnce_AndAnExpiredHoldIsNeverPosted) {
-  ASSERT_EQ(hold(request("w_1", "30", "1", absl::Milliseconds(1))).outcome, Outcome::kApplied);
-  ASSERT_EQ(hold(request("w_2", "10", "0", absl::Hours(1))).outcome, Outcome::kApplied);
+  ASSERT_EQ(hold(request("w_1", "30", "1", absl::Milliseconds(1))).outcome, HoldOutcome::kApplied);
+  ASSERT_EQ(hold(request("w_2", "10", "0", absl::Hours(1))).outcome, HoldOutcome::kApplied);
   absl::SleepFor(absl::Milliseconds(20));
   EXPECT_EQ(*ledger_->expire_holds(*conn_), 1);
   EXPECT_EQ(*ledger_->expire_holds(*conn_), 0) << "once";
   EXPECT_EQ(state("w_1"), "expired");
   EXPECT_EQ(state("w_2"), "held");
   EXPECT_EQ(account().held.to_string(), "10");
-  EXPECT_THAT(post("w_1"), Is(Outcome::kRefused, HoldState::kExpired));
-  EXPECT_THAT(void_hold("w_1"), Is(Outcome::kRefused, HoldState::kExpired));
+  EXPECT_THAT(post("w_1"), Is(HoldOutcome::kRefused, HoldState::kExpired));
+  EXPECT_THAT(void_hold("w_1"), Is(HoldOutcome::kRefused, HoldState::kExpired));
   EXPECT_EQ(account().balance.to_string(), "100");
   EXPECT_EQ(topics("expired"), 1);
   expect_reconciled();
 }
 
 TEST_F(Holds, APostPastExpiryBeforeTheSweeperCameIsRefusedAndExpiresIt) {
-  ASSERT_EQ(hold(request("w_1", "30", "1", absl::Milliseconds(1))).outcome, Outcome::kApplied);
+  ASSERT_EQ(hold(request("w_1", "30", "1", absl::Milliseconds(1))).outcome, HoldOutcome::kApplied);
   absl::SleepFor(absl::Milliseconds(20));
-  EXPECT_THAT(post("w_1"), Is(Outcome::kRefused, HoldState::kExpired));
+  EXPECT_THAT(post("w_1"), Is(HoldOutcome::kRefused, HoldState::kExpired));
   EXPECT_EQ(state("w_1"), "expired");
   EXPECT_EQ(account().held.to_string(), "0");
   EXPECT_EQ(*ledger_->expire_holds(*conn_), 0) << "nothing left for the sweeper";
-  EXPECT_THAT(post("w_1"), Is(Outcome::kRefused, HoldState::kExpired));
+  EXPECT_THAT(post("w_1"), Is(HoldOutcome::kRefused, HoldState::kExpired));
   expect_reconciled();
 }
 
 TEST_F(Holds, StepsNameTheHoldTheyActOn) {
   EXPECT_EQ(post("nope").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(void_hold("nope").status().code(), absl::StatusCode::kNotFound);
-  ASSERT_EQ(hold(request("w_1", "30")).outcome, Outcome::kApplied);
+  ASSERT_EQ(hold(request("w_1", "30")).outcome, HoldOutcome::kApplied);
   absl::StatusOr<HoldResult> r = ledger_->post(*conn_, {.hold_id = "w_1", .user_id = 2});
   EXPECT_EQ(r.status().code(), absl::StatusCode::kAlreadyExists);
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("belongs to user 1, not 2"));
@@ -222,7 +222,7 @@ TEST_F(Holds, StepsNameTheHoldTheyActOn) {
 }
 
 TEST_F(Holds, AHoldsIdIsTakenForEveryOtherKindOfEvent) {
-  ASSERT_EQ(hold(request("w_1", "30")).outcome, Outcome::kApplied);
+  ASSERT_EQ(hold(request("w_1", "30")).outcome, HoldOutcome::kApplied);
   EXPECT_EQ(scalar("SELECT event_type || ' ' || status FROM {schema}.payment_events WHERE "
                    "event_id = 'w_1'"),
             "withdrawal_requested confirmed")
@@ -230,7 +230,7 @@ TEST_F(Holds, AHoldsIdIsTakenForEveryOtherKindOfEvent) {
   absl::StatusOr<Outcome> r =
       ledger_->process_withdrawal(*conn_, event("w_1", EventType::kWithdrawal, 1, "30"));
   EXPECT_EQ(r.status().code(), absl::StatusCode::kAlreadyExists);
-  EXPECT_THAT(post("w_1"), Is(Outcome::kApplied, HoldState::kPosted));
+  EXPECT_THAT(post("w_1"), Is(HoldOutcome::kApplied, HoldState::kPosted));
   EXPECT_EQ(account().balance.to_string(), "70") << "debited once, by the post";
   expect_reconciled();
 }
@@ -241,7 +241,7 @@ TEST_F(Holds, AQueuedWithdrawalStepEndsConfirmedOrFailedWithItsHold) {
                 .user_id = 1,
                 .amount = *Amount::parse("30")},
                "enqueued");
-  ASSERT_EQ(hold(request("w_1", "30")).outcome, Outcome::kApplied);
+  ASSERT_EQ(hold(request("w_1", "30")).outcome, HoldOutcome::kApplied);
   EXPECT_EQ(scalar("SELECT status FROM {schema}.payment_events WHERE event_id = 'w_1'"),
             "confirmed");
   record_event({.event_id = "w_2",
@@ -249,11 +249,11 @@ TEST_F(Holds, AQueuedWithdrawalStepEndsConfirmedOrFailedWithItsHold) {
                 .user_id = 1,
                 .amount = *Amount::parse("300")},
                "enqueued");
-  ASSERT_EQ(hold(request("w_2", "300")).outcome, Outcome::kInsufficientFunds);
+  ASSERT_EQ(hold(request("w_2", "300")).outcome, HoldOutcome::kInsufficientFunds);
   EXPECT_EQ(scalar("SELECT status FROM {schema}.payment_events WHERE event_id = 'w_2'"), "failed");
   absl::StatusOr<HoldResult> posted =
       ledger_->post(*conn_, {.hold_id = "w_1", .event_id = "c_1"});  // not queued: fine
-  EXPECT_THAT(posted, Is(Outcome::kApplied, HoldState::kPosted));
+  EXPECT_THAT(posted, Is(HoldOutcome::kApplied, HoldState::kPosted));
   expect_reconciled();
 }
 

@@ -57,9 +57,9 @@ TEST_F(Monitor, AHoldPastItsExpiryThatNobodySweptIsAFinding) {
                                   .amount = *Amount::parse("1"),
                                   .expires_in = absl::Milliseconds(1)})
                   ->outcome,
-              Outcome::kApplied);
+              HoldOutcome::kApplied);
   }
-  ASSERT_EQ(ledger_->void_hold(*conn_, {.hold_id = "settled"})->outcome, Outcome::kApplied);
+  ASSERT_EQ(ledger_->void_hold(*conn_, {.hold_id = "settled"})->outcome, HoldOutcome::kApplied);
   exec(
       "UPDATE {schema}.holds SET expires_at = now() - interval '10 minutes' WHERE event_id IN "
       "('late', 'settled')");

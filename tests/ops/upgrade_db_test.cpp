@@ -119,7 +119,7 @@ TEST_F(Upgrade, EveryBalanceMovesToTheDefaultAssetAndReconciles) {
   absl::StatusOr<HoldResult> h =
       ledger.hold(*conn_, {.event_id = "h_1", .user_id = 1, .amount = *Amount::parse("26")});
   ASSERT_TRUE(h.ok()) << h.status();
-  EXPECT_EQ(h->outcome, Outcome::kApplied);
+  EXPECT_EQ(h->outcome, HoldOutcome::kApplied);
   EXPECT_EQ(ledger.account(*conn_, 1)->available().to_string(), "100");
   report = Reconciler({.schema = v1_, .alerts = &alerts_}).full(*conn_);
   ASSERT_TRUE(report.ok()) << report.status();

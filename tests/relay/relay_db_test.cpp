@@ -387,16 +387,16 @@ TEST_F(RelayTest, LedgerRelevanceFollowsAHoldToItsFinalState) {
   };
   ASSERT_EQ(ledger_->hold(*conn_, {.event_id = "h1", .user_id = 1, .amount = *Amount::parse("5")})
                 ->outcome,
-            Outcome::kApplied);
+            HoldOutcome::kApplied);
   EXPECT_EQ(ask("held"), Relevance::kMatch);
   EXPECT_EQ(ask("posted"), Relevance::kMismatch);
-  ASSERT_EQ(ledger_->void_hold(*conn_, {.hold_id = "h1"})->outcome, Outcome::kApplied);
+  ASSERT_EQ(ledger_->void_hold(*conn_, {.hold_id = "h1"})->outcome, HoldOutcome::kApplied);
   EXPECT_EQ(ask("held"), Relevance::kMismatch) << "a 'held' letter after the void is obsolete";
   EXPECT_EQ(ask("voided"), Relevance::kMatch);
   EXPECT_EQ(ask("expired"), Relevance::kMismatch);
   ASSERT_EQ(ledger_->hold(*conn_, {.event_id = "h2", .user_id = 1, .amount = *Amount::parse("500")})
                 ->outcome,
-            Outcome::kInsufficientFunds);
+            HoldOutcome::kInsufficientFunds);
   EXPECT_EQ(check(*conn_, {.topic = "insufficient_funds", .payload = R"({"event_id": "h2"})"}),
             Relevance::kMatch);
 }

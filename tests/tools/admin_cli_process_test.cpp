@@ -238,7 +238,7 @@ TEST_F(AdminCli, AssetsAddListDisableWithAuditAndLiabilities) {
   // What the ledger owes, per asset: user 1 has 15 DEFAULT of which 4 are held.
   ASSERT_EQ(ledger_->hold(*conn_, {.event_id = "h", .user_id = 1, .amount = *Amount::parse("4")})
                 ->outcome,
-            Outcome::kApplied);
+            HoldOutcome::kApplied);
   r = admin("liabilities");
   EXPECT_EQ(r.exit_code, 0) << r.out;
   nlohmann::json owed = nlohmann::json::parse(admin("liabilities --json", false).out);

@@ -16,7 +16,7 @@
 // on the hold's state under its row lock. A repeated hold, post or void
 // answers what happened the first time; a post and a void racing from two
 // processes end in one terminal state, and the loser is told which
-// (Outcome::kRefused with that state); a voided, expired or rejected hold is
+// (HoldOutcome::kRefused with that state); a voided, expired or rejected hold is
 // never posted. The table below is the one source of truth for the edges:
 // migrate() copies it into <schema>.hold_transitions, where the SQL function
 // transition_hold() — the only writer of a hold's state — checks it.
@@ -60,6 +60,27 @@ inline constexpr Edges<HoldState, 3> kHoldTransitions = {{
 }
 
 [[nodiscard]] constexpr bool is_terminal(HoldState s) { return s != HoldState::kHeld; }
+
+// What a hold step did.
+enum class HoldOutcome {
+  kApplied,            // it happened now
+  kAlreadyApplied,     // an earlier call did it; nothing changed now
+  kInsufficientFunds,  // the hold was refused for lack of funds (now or earlier): rejected
+  kRefused,            // a post or void the hold no longer allows: it is in another final state
+};
+inline constexpr EnumNames<HoldOutcome, 4> kHoldOutcomeNames{{{
+    {HoldOutcome::kApplied, "applied"},
+    {HoldOutcome::kAlreadyApplied, "already_applied"},
+    {HoldOutcome::kInsufficientFunds, "insufficient_funds"},
+    {HoldOutcome::kRefused, "refused"},
+}}};
+constexpr const auto& enum_names(HoldOutcome) { return kHoldOutcomeNames; }
+
+// What a hold step did, and the state it left (or found) the hold in.
+struct HoldResult {
+  HoldOutcome outcome = HoldOutcome::kApplied;
+  HoldState state = HoldState::kHeld;
+};
 
 // Reserve `amount` + `fee` of `user_id`'s available funds in `asset`.
 struct HoldRequest {

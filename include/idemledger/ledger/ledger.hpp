@@ -77,17 +77,16 @@ class Connection;
 // Longest event id accepted, in bytes.
 inline constexpr std::size_t kMaxEventIdLength = 128;
 
+// What a single-phase event did. (A hold step answers a HoldResult.)
 enum class Outcome {
   kApplied,            // it happened now
   kAlreadyApplied,     // an earlier delivery did it; nothing changed now
-  kInsufficientFunds,  // a debit or hold refused for lack of funds (now or earlier)
-  kRefused,            // a post or void refused: the hold is in another final state
+  kInsufficientFunds,  // a debit refused for lack of funds (now or earlier)
 };
-inline constexpr EnumNames<Outcome, 4> kOutcomeNames{{{
+inline constexpr EnumNames<Outcome, 3> kOutcomeNames{{{
     {Outcome::kApplied, "applied"},
     {Outcome::kAlreadyApplied, "already_applied"},
     {Outcome::kInsufficientFunds, "insufficient_funds"},
-    {Outcome::kRefused, "refused"},
 }}};
 constexpr const auto& enum_names(Outcome) { return kOutcomeNames; }
 
@@ -97,12 +96,6 @@ struct PaymentEvent {
   std::int64_t user_id = 0;
   Amount amount;                   // > 0, within the asset's decimals
   std::optional<AssetCode> asset;  // nullopt: the default asset
-};
-
-// What a hold step did, and the state it left (or found) the hold in.
-struct HoldResult {
-  Outcome outcome = Outcome::kApplied;
-  HoldState state = HoldState::kHeld;
 };
 
 // An account: one user's holdings of one asset.
@@ -260,9 +253,10 @@ class Ledger {
                                            std::span<const Param> params, std::string_view what,
                                            std::string_view id) const;
   void raise_alert(AlertSeverity severity, std::string_view key, std::string_view message) const;
-  // Counts one call's outcome (and its asset, once the database accepted it).
-  void record(absl::Time start, const absl::StatusOr<Outcome>& outcome,
-              std::optional<AssetCode> asset) const;
+  // Counts one call: its latency, its outcome (by name; "" for an error),
+  // and the same by asset when `asset` is known.
+  void record(absl::Time start, const absl::Status& status, std::string_view outcome,
+              std::optional<std::string_view> asset) const;
 
   LedgerOptions options_;
   std::string apply_sql_;
