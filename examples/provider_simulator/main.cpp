@@ -13,7 +13,7 @@
 // (holds, with a fee; some expire after 1 s). Round two, once round one is
 // terminal and the expired holds are swept: each held request is confirmed
 // (captured whole, or in part with the fee waived) or failed (released), and
-// some expired ones are confirmed late (refused: a dead letter). Every event is
+// one in ten expired ones is confirmed late (refused: a dead letter). Every event is
 // delivered 1-3 times (copies adjacent in the stream race each other; some
 // arrive late), plus bad deliveries: tampered signatures, numeric amounts,
 // unknown event types, unknown addresses, unknown, disabled and too-precise
@@ -604,7 +604,7 @@ int run(const std::string& dsn, const idemledger::Schema& schema, long users) {
         step.type = "withdrawal_failed";
         ++fails;
       }
-    } else if (state == "expired" && roll < 35) {  // final on chain, but after we gave up
+    } else if (state == "expired" && roll < 10) {  // final on chain, but after we gave up
       step.type = "withdrawal_confirmed";
       ++late_confirms;
     } else {
