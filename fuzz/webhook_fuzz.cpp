@@ -8,6 +8,7 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include <cctype>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +16,7 @@
 #include <string_view>
 
 #include "absl/time/clock.h"
+#include "idemledger/ledger/asset.hpp"
 #include "idemledger/queue/intake.hpp"
 
 namespace {
@@ -71,11 +73,42 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (event.ok()) {
     if (body.size() > idemledger::kMaxWebhookBodyLength) fail("accepted an oversized body");
     if (event->event_id.empty() || event->event_id.size() > 128) fail("accepted a bad event id");
-    if (event->amount.to_string() == "0") fail("accepted a zero amount");
+    using idemledger::EventType;
+    const bool settles = event->type == EventType::kWithdrawalConfirmed ||
+                         event->type == EventType::kWithdrawalFailed;
+    if (event->amount ? event->amount->is_zero() || event->amount->is_negative() : !settles) {
+      fail("accepted a missing or non-positive amount");
+    }
+    if (event->amount && event->type == EventType::kWithdrawalFailed)
+      fail("a failure with an amount");
+    if (event->fee && event->fee->is_negative()) fail("accepted a negative fee");
     if (idemledger::is_credit(event->type)
             ? event->to_address.empty() || event->to_address.size() > idemledger::kMaxAddressLength
             : !event->user_id || *event->user_id <= 0) {
       fail("accepted an event without its owner");
+    }
+    if (settles != !event->hold_id.empty() || event->hold_id.size() > 128) {
+      fail("a post or void without its hold, or another event with one");
+    }
+    if (!event->asset.empty() &&
+        (!idemledger::AssetCode::create(event->asset).ok() || !event->chain.empty())) {
+      fail("accepted a malformed asset code, or an asset named twice");
+    }
+    if (!event->contract.empty() && event->chain.empty()) fail("accepted a contract without chain");
+    const std::string& contract = event->contract;
+    bool evm = contract.size() == 42 && contract.starts_with("0x");
+    for (std::size_t i = 2; evm && i < contract.size(); ++i) {
+      evm = std::isxdigit(static_cast<unsigned char>(contract[i])) != 0;
+    }
+    for (char c : contract) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) || (evm && c >= 'A' && c <= 'F')) {
+        fail("accepted a contract that is not letters and digits, or an EVM one not lowercased");
+      }
+    }
+    if (event->expires_in &&
+        (event->type != EventType::kWithdrawalRequested || *event->expires_in < absl::Seconds(1) ||
+         *event->expires_in > idemledger::kMaxHoldExpiry)) {
+      fail("accepted an expiry out of bounds, or on another event");
     }
   } else if (event.status().code() != absl::StatusCode::kInvalidArgument) {
     fail("refused with a code other than kInvalidArgument");
