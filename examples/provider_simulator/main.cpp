@@ -563,6 +563,7 @@ int run(const std::string& dsn, const idemledger::Schema& schema, long users) {
   p.send_all(stream);
   p.send_all(late);
   const bool round_one_final = p.wait_for_zero(not_final, wait);
+  const absl::Duration round_one_in = absl::Now() - start;
   // The sweeper's turn: every hold past its expiry is released, by the workers.
   absl::SleepFor(absl::Seconds(1));
   const bool swept = p.wait_for_zero(
@@ -625,10 +626,13 @@ int run(const std::string& dsn, const idemledger::Schema& schema, long users) {
       "provider: round two: %ld confirmations (%ld in part), %ld failures, %ld confirmations of "
       "expired holds; %zu deliveries\n",
       confirms, partial, fails, late_confirms, stream.size() + late.size());
+  const absl::Time round_two_start = absl::Now();
   p.send_all(stream);
   p.send_all(late);
   const bool round_two_final = p.wait_for_zero(not_final, wait);
   const absl::Duration all_terminal_in = absl::Now() - start;
+  // Throughput counts the rounds, not the pause for the sweeper between them.
+  const absl::Duration busy = round_one_in + (absl::Now() - round_two_start);
 
   // What happened.
   const long n_total = static_cast<long>(p.events.size());
@@ -641,8 +645,11 @@ int run(const std::string& dsn, const idemledger::Schema& schema, long users) {
   hold_state = p.pairs("SELECT event_id, state FROM " + p.table("holds"));
   std::map<std::string, long> holds;
   for (const auto& [id, state] : hold_state) ++holds[state];
-  std::printf("\nprovider: all events terminal after %s\n",
-              absl::FormatDuration(all_terminal_in).c_str());
+  std::printf(
+      "\nprovider: all events terminal after %s (%s in the rounds, the rest waiting "
+      "for the sweeper)\n",
+      absl::FormatDuration(all_terminal_in).c_str(),
+      absl::FormatDuration(absl::Trunc(busy, absl::Milliseconds(1))).c_str());
   std::printf("  accepted (first delivery)     %6ld\n", p.tally("accepted"));
   std::printf("  duplicates absorbed           %6ld\n", p.tally("duplicate"));
   std::printf("  rejected 401 bad signature    %6ld\n", p.tally("401"));
@@ -666,7 +673,7 @@ int run(const std::string& dsn, const idemledger::Schema& schema, long users) {
   std::printf(
       "  webhook -> confirmed          %lld events/s; time to confirm p50 %s ms, p99 %s ms\n\n",
       static_cast<long long>(n_total * 1000 /
-                             std::max<std::int64_t>(1, absl::ToInt64Milliseconds(all_terminal_in))),
+                             std::max<std::int64_t>(1, absl::ToInt64Milliseconds(busy))),
       p.scalar("SELECT round(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM "
                "updated_at - created_at)) * 1000) FROM " +
                pe + " WHERE status = 'confirmed'")
