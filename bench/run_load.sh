@@ -6,7 +6,11 @@
 # the reference scripts in bench/reference/ — the seed's 13-statement deposit
 # and the one-statement floor — and pgbench's built-in simple-update. Same
 # client count, same duration, populated start state, prepared protocol.
-# Prints deposits/s, p50/p99 latency (median over rounds) and the ratios.
+# Prints deposits/s, p50/p99 latency (median over rounds) and the ratios;
+# then the same deposit workload and the floor at 16 clients (deposits of one
+# asset to 10,000 different users: with a row every deposit wrote — a stored
+# system balance — idemledger would stop scaling where the floor does not),
+# and two-phase withdrawals (hold, then post: two transactions) per second.
 # Then, on the same server, the whole service (webhook_intake + 2 outbox_worker
 # processes, 16 provider senders, SIM_EVENTS events): webhook -> confirmed
 # events/s and time-to-confirm, next to the bare process_deposit figure.
@@ -63,10 +67,14 @@ for round in $(seq 1 "$rounds"); do
   ledger_load idemledger
   ledger_load idemledger_metrics --metrics
   ledger_load idemledger_partitioned --partitioned
+  ledger_load hold_post --workload hold_post
+  clients=16 ledger_load idemledger_c16
   reset_seed
   run_pgbench seed_sequence seedref -f "$ref/seed_sequence.sql"
   reset_seed
   run_pgbench one_statement seedref -f "$ref/one_statement.sql"
+  reset_seed
+  clients=16 run_pgbench one_statement_c16 seedref -f "$ref/one_statement.sql"
   run_pgbench simple_update builtin -b simple-update
 done
 
@@ -74,7 +82,7 @@ done
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 declare -A tps p50 p99
 workloads=(idemledger idemledger_metrics idemledger_partitioned seed_sequence one_statement simple_update)
-for w in "${workloads[@]}"; do
+for w in "${workloads[@]}" hold_post idemledger_c16 one_statement_c16; do
   tps[$w]=$(awk -v w="$w" '$1==w {print $2}' "$work/results" | median)
   p50[$w]=$(awk -v w="$w" '$1==w {print $3}' "$work/results" | median)
   p99[$w]=$(awk -v w="$w" '$1==w {print $4}' "$work/results" | median)
@@ -93,6 +101,18 @@ for w in "${workloads[@]}"; do
   esac
   printf '%-40s %10s %9s %9s %18s\n' "$label" "${tps[$w]}" "${p50[$w]}" "${p99[$w]}" "$(ratio "${tps[idemledger]}" "${tps[$w]}")"
 done
+
+printf '\nScaling to 16 clients (deposits of one asset to 10,000 users; no row every deposit writes)\n'
+printf '%-40s %10s %10s %12s\n' workload "$clients clients" "16 clients" "16 / $clients"
+printf '%-40s %10s %10s %12s\n' "idemledger process_deposit" "${tps[idemledger]}" "${tps[idemledger_c16]}" "$(ratio "${tps[idemledger_c16]}" "${tps[idemledger]}")"
+printf '%-40s %10s %10s %12s\n' "floor: one data-modifying CTE" "${tps[one_statement]}" "${tps[one_statement_c16]}" "$(ratio "${tps[one_statement_c16]}" "${tps[one_statement]}")"
+printf '%-40s %10s %12s\n' "idemledger / floor at 16 clients" "" "$(ratio "${tps[idemledger_c16]}" "${tps[one_statement_c16]}")"
+
+printf '\nTwo-phase withdrawals, %s clients (hold amount + fee, then post it: two transactions each)\n' "$clients"
+printf '%-40s %10s %9s %9s\n' workload "pairs/s" "p50 µs" "p99 µs"
+printf '%-40s %10s %9s %9s\n' "hold + post" "${tps[hold_post]}" "${p50[hold_post]}" "${p99[hold_post]}"
+printf '%-40s %10s\n' "steps/s (two per pair)" "$((tps[hold_post] * 2))"
+printf '%-40s %10s\n' "deposits/s (above)" "${tps[idemledger]}"
 
 echo "service: webhook_intake + 2 outbox_worker processes, ${SIM_EVENTS:=10000} events" >&2
 SIM_EVENTS=$SIM_EVENTS bash scripts/demo-services.sh >"$work/service.log" 2>&1 || { cat "$work/service.log" >&2; exit 1; }
