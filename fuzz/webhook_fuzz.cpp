@@ -17,6 +17,7 @@
 
 #include "absl/time/clock.h"
 #include "idemledger/ledger/asset.hpp"
+#include "idemledger/ledger/ledger.hpp"
 #include "idemledger/queue/intake.hpp"
 
 namespace {
@@ -73,6 +74,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (event.ok()) {
     if (body.size() > idemledger::kMaxWebhookBodyLength) fail("accepted an oversized body");
     if (event->event_id.empty() || event->event_id.size() > 128) fail("accepted a bad event id");
+    if (event->event_id.starts_with(idemledger::kReorgEventIdPrefix)) {
+      fail("accepted an event id in the library's reserved reorg: space");
+    }
+    if (body.find('\0') != std::string_view::npos) fail("accepted a body with a NUL byte");
     using idemledger::EventType;
     const bool settles = event->type == EventType::kWithdrawalConfirmed ||
                          event->type == EventType::kWithdrawalFailed;

@@ -16,6 +16,7 @@
 // PgBouncer < 1.21). SIGTERM stops accepting and drains.
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <random>
 #include <thread>
@@ -23,6 +24,7 @@
 #include "../common/http.hpp"
 #include "../common/service.hpp"
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
 #include "absl/synchronization/mutex.h"
 #include "idemledger.hpp"
 #include "idemledger/pg/pool.hpp"
@@ -71,6 +73,14 @@ std::string new_trace_id() {
   return buf;
 }
 
+// A caller's X-Request-ID is kept only if it is [A-Za-z0-9._-]{1,64}: it is
+// echoed, logged and stored, and later printed on operators' terminals.
+bool is_plain_trace_id(std::string_view id) {
+  return !id.empty() && id.size() <= 64 && std::all_of(id.begin(), id.end(), [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+  });
+}
+
 void reply(httplib::Response& res, int status, const nlohmann::json& body) {
   res.status = status;
   res.set_content(body.dump(), "application/json");
@@ -117,7 +127,7 @@ int main() {
 
   server.Post("/webhooks/payments", [&](const httplib::Request& req, httplib::Response& res) {
     std::string trace_id = req.get_header_value("X-Request-ID");
-    if (trace_id.empty() || trace_id.size() > 64) trace_id = new_trace_id();
+    if (!is_plain_trace_id(trace_id)) trace_id = new_trace_id();
     res.set_header("X-Request-ID", trace_id);
     nlohmann::json log = {{"msg", "webhook"}, {"trace_id", trace_id}, {"client", req.remote_addr}};
     const auto answer = [&](int status, nlohmann::json body) {

@@ -118,7 +118,7 @@ absl::StatusOr<Outcome> Ledger::process_compensation(Connection& conn,
                                                      std::string_view original_tx_hash,
                                                      std::int64_t user_id, const Amount& amount,
                                                      std::optional<AssetCode> asset) const {
-  const PaymentEvent event{.event_id = fmt::format("reorg:{}", original_tx_hash),
+  const PaymentEvent event{.event_id = fmt::format("{}{}", kReorgEventIdPrefix, original_tx_hash),
                            .type = EventType::kReorgCompensation,
                            .user_id = user_id,
                            .amount = amount,

@@ -9,6 +9,7 @@
 #include <charconv>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <unordered_set>
 #include <vector>
 
 #include "idemledger/core/connection.hpp"
@@ -75,17 +76,14 @@ class DuplicateKeyGuard {
     if (event == E::object_end && !keys_.empty()) keys_.pop_back();
     if (event == E::key && !keys_.empty()) {
       const std::string& key = parsed.get_ref<const std::string&>();
-      for (const std::string& seen : keys_.back()) {
-        if (seen == key) duplicate_ = key;
-      }
-      keys_.back().push_back(key);
+      if (!keys_.back().insert(key).second) duplicate_ = key;
     }
     return true;
   }
   const std::optional<std::string>& duplicate() const { return duplicate_; }
 
  private:
-  std::vector<std::vector<std::string>> keys_;
+  std::vector<std::unordered_set<std::string>> keys_;  // per open object: linear, not quadratic
   std::optional<std::string> duplicate_;
 };
 
@@ -178,6 +176,11 @@ absl::StatusOr<WebhookEvent> parse_webhook(std::string_view raw_body) {
     return bad_payload(fmt::format("body must be at most {} bytes", kMaxWebhookBodyLength));
   }
   if (!internal::is_valid_utf8(raw_body)) return bad_payload("body must be valid UTF-8");
+  // The JSON parser reads a NUL as the end of its input: what follows it
+  // would be signed but never read.
+  if (raw_body.find('\0') != std::string_view::npos) {
+    return bad_payload("body must not contain a NUL byte");
+  }
   DuplicateKeyGuard guard;
   nlohmann::json body;
   try {
@@ -195,6 +198,11 @@ absl::StatusOr<WebhookEvent> parse_webhook(std::string_view raw_body) {
   absl::StatusOr<std::string> id = bounded_string(body, "event_id", kMaxEventIdLength);
   if (!id.ok()) return id.status();
   event.event_id = *std::move(id);
+  if (event.event_id.starts_with(kReorgEventIdPrefix)) {
+    return bad_payload(
+        fmt::format("\"event_id\" must not start with \"{}\" (reserved for reorg compensations)",
+                    kReorgEventIdPrefix));
+  }
 
   absl::StatusOr<std::string> type = bounded_string(body, "event_type", 32);
   if (!type.ok()) return type.status();

@@ -69,6 +69,11 @@ TEST_F(HttpIntake, AnswersEveryStatusCodeByTheRule) {
   EXPECT_EQ(nlohmann::json::parse(r->body)["result"], "duplicate");
   EXPECT_FALSE(r->get_header_value("X-Request-ID").empty())
       << "a trace id is generated when none is sent";
+  r = post(c, deposit("e1"), "use-valid", {{"X-Request-ID", "trace id; <b>x</b>"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_THAT(r->get_header_value("X-Request-ID"), ::testing::MatchesRegex("[0-9a-f]{32}"))
+      << "a trace id with other characters is replaced, never echoed or stored";
 
   EXPECT_EQ(post(c, deposit("e2"), "")->status, 401);
   std::string tampered = WebhookVerifier::create(kSecret)->sign(deposit("e2"));

@@ -117,6 +117,13 @@ TEST(ParseWebhook, RefusesEachBrokenRuleByName) {
           R"({"event_id":"a","event_id":"b","event_type":"deposit","amount":"5","to_address":"a"})"),
       HasSubstr("duplicate key \"event_id\""));
   EXPECT_THAT(rule_of(R"([1,2])"), HasSubstr("JSON object"));
+  EXPECT_THAT(rule_of(std::string(R"({"event_id":"e","event_type":"deposit","amount":"5",)"
+                                  R"("to_address":"a"})") +
+                      std::string(1, '\0') + "trailing, signed but never read"),
+              HasSubstr("must not contain a NUL byte"));
+  EXPECT_THAT(rule_of(R"({"event_id":"reorg:0xabc","event_type":"deposit","amount":"5",)"
+                      R"("to_address":"a"})"),
+              HasSubstr("must not start with \"reorg:\""));
   EXPECT_THAT(rule_of(R"({"event_id":)"), HasSubstr("well-formed"));
   EXPECT_THAT(rule_of("{\"event_id\":\"e\xff\"}"), HasSubstr("valid UTF-8"));
   EXPECT_THAT(rule_of(std::string(kMaxWebhookBodyLength + 1, ' ')), HasSubstr("at most"));

@@ -76,6 +76,10 @@ class Connection;
 
 // Longest event id accepted, in bytes.
 inline constexpr std::size_t kMaxEventIdLength = 128;
+// Event ids the library makes itself: a reorg compensation is keyed
+// "reorg:<tx_hash>". A provider's event may not use the prefix (intake
+// refuses it), so it can never take a compensation's key.
+inline constexpr std::string_view kReorgEventIdPrefix = "reorg:";
 
 // What a single-phase event did. (A hold step answers a HoldResult.)
 enum class Outcome {
