@@ -16,14 +16,23 @@
 namespace idemledger {
 namespace {
 
-absl::Status validate_event(const PaymentEvent& e) {
-  if (e.event_id.empty() || e.event_id.size() > kMaxEventIdLength) {
+// An event id, or a hold's (which is its withdrawal's event id): 1..128
+// bytes of UTF-8 without NUL — libpq sends text parameters as C strings, so
+// a NUL would silently cut the id short.
+absl::Status check_event_id(std::string_view id, std::string_view field) {
+  if (id.empty() || id.size() > kMaxEventIdLength) {
     return absl::InvalidArgumentError(
-        fmt::format("event_id must be 1..{} bytes, got {}", kMaxEventIdLength, e.event_id.size()));
+        fmt::format("{} must be 1..{} bytes, got {}", field, kMaxEventIdLength, id.size()));
   }
-  if (e.event_id.find('\0') != std::string::npos || !internal::is_valid_utf8(e.event_id)) {
-    return absl::InvalidArgumentError("event_id must be valid UTF-8 without NUL bytes");
+  if (id.find('\0') != std::string_view::npos || !internal::is_valid_utf8(id)) {
+    return absl::InvalidArgumentError(
+        fmt::format("{} must be valid UTF-8 without NUL bytes", field));
   }
+  return absl::OkStatus();
+}
+
+absl::Status validate_event(const PaymentEvent& e) {
+  if (absl::Status s = check_event_id(e.event_id, "event_id"); !s.ok()) return s;
   if (e.user_id <= 0) {
     return absl::InvalidArgumentError(fmt::format("user_id must be positive, got {}", e.user_id));
   }
@@ -56,14 +65,6 @@ constexpr const auto& enum_names(ApplyAnswer) { return kApplyAnswerNames; }
 
 // The per-asset metrics label of an event that named no asset.
 constexpr std::string_view kDefaultAssetLabel = "default";
-
-absl::Status check_hold_id(std::string_view hold_id) {
-  if (hold_id.empty() || hold_id.size() > kMaxEventIdLength) {
-    return absl::InvalidArgumentError(
-        fmt::format("hold_id must be 1..{} bytes", kMaxEventIdLength));
-  }
-  return absl::OkStatus();
-}
 
 }  // namespace
 
@@ -288,7 +289,7 @@ absl::StatusOr<HoldResult> Ledger::hold(Connection& conn, const HoldRequest& req
 
 absl::StatusOr<HoldResult> Ledger::post(Connection& conn, const PostRequest& request) const {
   const absl::Time start = options_.metrics != nullptr ? absl::Now() : absl::Time();
-  if (absl::Status s = check_hold_id(request.hold_id); !s.ok()) return s;
+  if (absl::Status s = check_event_id(request.hold_id, "hold_id"); !s.ok()) return s;
   if ((request.amount && (request.amount->is_zero() || request.amount->is_negative())) ||
       (request.fee && request.fee->is_negative())) {
     return absl::InvalidArgumentError("a post captures an amount > 0 and a fee >= 0");
@@ -303,7 +304,7 @@ absl::StatusOr<HoldResult> Ledger::post(Connection& conn, const PostRequest& req
 
 absl::StatusOr<HoldResult> Ledger::void_hold(Connection& conn, const VoidRequest& request) const {
   const absl::Time start = options_.metrics != nullptr ? absl::Now() : absl::Time();
-  if (absl::Status s = check_hold_id(request.hold_id); !s.ok()) return s;
+  if (absl::Status s = check_event_id(request.hold_id, "hold_id"); !s.ok()) return s;
   const Params params(request.hold_id, null_if_empty(request.event_id), request.user_id,
                       options_.write_notifications);
   absl::StatusOr<HoldResult> r = run_hold_step(conn, void_sql_, params, "void", request.hold_id);

@@ -219,6 +219,13 @@ TEST_F(Holds, StepsNameTheHoldTheyActOn) {
       ledger_->hold(*conn_, {.event_id = "w_3", .user_id = 1, .amount = Amount()}).status().code(),
       absl::StatusCode::kInvalidArgument)
       << "a hold of nothing";
+  // libpq would cut "w_1\0x" to "w_1" and act on that hold.
+  const std::string cut = std::string("w_1") + '\0' + "x";
+  EXPECT_EQ(ledger_->void_hold(*conn_, {.hold_id = cut}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ledger_->post(*conn_, {.hold_id = cut}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(state("w_1"), "held");
 }
 
 TEST_F(Holds, AHoldsIdIsTakenForEveryOtherKindOfEvent) {
