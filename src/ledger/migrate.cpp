@@ -77,6 +77,16 @@ const std::vector<Migration>& migrations() {
        {
 #include "src/ledger/migrations/0010_assets_and_postings.inc"
        }},
+      {11,
+       "domain_rules",
+       {
+#include "src/ledger/migrations/0011_domain_rules.inc"
+       }},
+      {12,
+       "hold_replay_race",
+       {
+#include "src/ledger/migrations/0012_hold_replay_race.inc"
+       }},
   };
   return all;
 }

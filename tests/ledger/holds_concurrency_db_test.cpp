@@ -168,6 +168,48 @@ TEST_F(HoldRace, PostVoidAndExpiryFromEightProcesses_OneTerminalStateEach) {
   expect_reconciled();
 }
 
+// 200 rounds; in each, 8 processes deliver the same new hold at the same
+// instant. One applies it; every other delivery is answered what happened
+// — never an error, even one whose first read ran just before the first
+// delivery committed and whose next ran just after (migration 12).
+TEST_F(HoldRace, DuplicatesOfANewHoldFromEightProcesses_AllAnswered) {
+  constexpr int kRounds = 200, kProcesses = 8, kUsers = 20;
+  for (int u = 1; u <= kUsers; ++u) open_account(u, "1000");
+  const absl::Time t0 = absl::Now() + absl::Milliseconds(1500);  // after the forks connect
+  const std::string prefix = ::testing::TempDir() + "/dup_holds_" + schema_name_ + "_";
+  const std::vector<int> codes = run_forked(kProcesses, [&](int p) {
+    std::unique_ptr<pg::Connection> c = connect();
+    const Ledger ledger(options());
+    Answers answers(prefix + std::to_string(p));
+    for (int r = 0; r < kRounds; ++r) {
+      absl::SleepFor(t0 + r * absl::Milliseconds(5) - absl::Now());
+      const std::string id = "dup_" + std::to_string(r);
+      const absl::StatusOr<HoldResult> h = with_retries(kPatient, [&] {
+        return ledger.hold(*c, {.event_id = id,
+                                .user_id = 1 + r % kUsers,
+                                .amount = *Amount::parse("1"),
+                                .fee = *Amount::parse("0.5")});
+      });
+      if (!answers.record(id, "hold", h)) return 3;
+    }
+    return 0;
+  });
+  for (int code : codes) EXPECT_EQ(code, 0);
+  const std::map<std::string, std::vector<Answer>> got = read_answers(prefix, kProcesses);
+  ASSERT_EQ(got.size(), static_cast<std::size_t>(kRounds));
+  for (const auto& [id, list] : got) {
+    ASSERT_EQ(list.size(), static_cast<std::size_t>(kProcesses)) << id;
+    EXPECT_EQ(std::count_if(list.begin(), list.end(),
+                            [](const Answer& a) { return a.outcome == "applied"; }),
+              1)
+        << id;
+    for (const Answer& a : list) EXPECT_EQ(a.state, "held") << id;
+  }
+  EXPECT_EQ(scalar("SELECT sum(held)::numeric(20,1)::text FROM {schema}.accounts"), "300.0")
+      << "200 holds of 1.5, each once";
+  expect_reconciled();
+}
+
 // 8 processes, three assets (18, 6 and 8 decimals), 12 users. Phase one:
 // deposits, single-phase withdrawals and holds, each delivered by 2-4
 // processes in their own shuffled orders. Phase two: each hold is posted

@@ -1,6 +1,7 @@
 #include "gmock/gmock.h"
 #include "idemledger/core/event_status.hpp"
 #include "idemledger/ledger/hold.hpp"
+#include "idemledger/ledger/ledger.hpp"
 #include "idemledger/ledger/migrate.hpp"
 #include "tests/support/test_db.hpp"
 
@@ -95,6 +96,111 @@ TEST_F(Migrate, FillsInTheChecksumsOfVersionsAppliedBeforeTheyWereRecorded) {
   exec("UPDATE {schema}.schema_migrations SET checksum = NULL");
   ASSERT_TRUE(migrate(*conn_, schema_).ok());
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.schema_migrations WHERE checksum IS NULL"), 0);
+}
+
+// Each single-column rule of the hot tables (migration 11: domains) and the
+// two-column one (a CHECK) refuses a bad write in `schema`, naming itself,
+// and the row is as it was. Needs user 1's account and event "e_1".
+void expect_rules_hold(Connection& conn, const Schema& schema) {
+  const auto refused = [&](const std::string& sql, const std::string& rule) {
+    const absl::StatusOr<Result> r = conn.execute(schema.qualify(sql));
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << sql;
+    EXPECT_THAT(r.status().ToString(), ::testing::HasSubstr("\"" + rule + "\"")) << sql;
+  };
+  refused("UPDATE {schema}.accounts SET held = -1 WHERE user_id = 1", "amount_non_negative");
+  refused("UPDATE {schema}.accounts SET balance = -1, held = -2 WHERE user_id = 1",
+          "amount_non_negative");
+  refused("UPDATE {schema}.accounts SET initial_balance = -1 WHERE user_id = 1",
+          "amount_non_negative");
+  refused("UPDATE {schema}.accounts SET held = balance + 1 WHERE user_id = 1",
+          "account_held_within_balance");
+  refused("UPDATE {schema}.payment_events SET event_id = '' WHERE event_id = 'e_1'",
+          "event_id_length");
+  refused("UPDATE {schema}.payment_events SET event_id = repeat('x', 129) WHERE event_id = 'e_1'",
+          "event_id_length");
+  refused("UPDATE {schema}.payment_events SET event_type = 'gift' WHERE event_id = 'e_1'",
+          "event_type_known");
+  refused("UPDATE {schema}.payment_events SET status = 'lost' WHERE event_id = 'e_1'",
+          "event_status_known");
+  refused("UPDATE {schema}.payment_events SET amount = 0 WHERE event_id = 'e_1'",
+          "amount_positive");
+  refused("UPDATE {schema}.payment_events SET fee = -0.000000000000000001 WHERE event_id = 'e_1'",
+          "amount_non_negative");
+  refused("UPDATE {schema}.processed_events SET outcome = 'maybe'", "outcome_known");
+  refused(
+      "INSERT INTO {schema}.system_entries (asset, account, amount, event_type, source_event_id) "
+      "SELECT code, 'treasury', 1, 'deposit', 'x' FROM {schema}.assets WHERE is_default",
+      "system_account_known");
+}
+
+TEST_F(Migrate, TheHotTablesRulesRefuseBadWrites) {
+  open_account(1, "10");
+  record_event(event("e_1", EventType::kDeposit, 1, "5"), "pending");
+  ASSERT_EQ(*ledger_->process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "2")),
+            Outcome::kApplied);
+  expect_rules_hold(*conn_, schema_);
+  EXPECT_EQ(balance(1), "12");
+  EXPECT_EQ(scalar("SELECT status || ' ' || amount::text FROM {schema}.payment_events "
+                   "WHERE event_id = 'e_1'"),
+            "pending 5.000000000000000000");
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.system_entries WHERE source_event_id = 'x'"), 0);
+}
+
+// Migration 11 changes column types of populated tables: no table is
+// rewritten (same files), every balance stays, and the rules hold after.
+TEST_F(Migrate, Version11KeepsEveryRowAndFileAndTheRules) {
+  const std::string name = schema_name_ + "_v10";
+  const Schema v10 = *Schema::create(name);
+  ASSERT_TRUE(migrate(*conn_, {.schema = v10, .target_version = 10}).ok());
+  const Ledger ledger({.schema = v10, .alerts = &alerts_});
+  ASSERT_TRUE(ledger.open_account(*conn_, 1, *Amount::parse("10")).ok());
+  ASSERT_EQ(*ledger.process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "2.5")),
+            Outcome::kApplied);
+  absl::StatusOr<HoldResult> h =
+      ledger.hold(*conn_, {.event_id = "h_1", .user_id = 1, .amount = *Amount::parse("3")});
+  ASSERT_TRUE(h.ok()) << h.status();
+  ASSERT_TRUE(conn_
+                  ->execute(v10.qualify("INSERT INTO {schema}.payment_events (event_id, user_id, "
+                                        "amount, event_type, status, retry_count, asset) VALUES "
+                                        "('e_1', 1, 5, 'deposit', 'pending', 0, 'DEFAULT')"))
+                  .ok());
+  // Tables and every index but the partial ones whose predicate names a
+  // changed column (status, outcome: rebuilt, a read of their table each).
+  const std::string files =
+      "SELECT string_agg(c.relname || '=' || c.relfilenode, ',' ORDER BY c.relname) FROM pg_class "
+      "c LEFT JOIN pg_index i ON i.indexrelid = c.oid WHERE c.relnamespace = '" +
+      name + "'::regnamespace AND (c.relkind = 'r' OR (c.relkind = 'i' AND i.indpred IS NULL))";
+  const std::string accounts =
+      "SELECT string_agg(trim_scale(balance) || '/' || trim_scale(held) || '/' || "
+      "trim_scale(initial_balance), ',') FROM " +
+      name + ".accounts";
+  const std::string files_before = scalar(files);
+  const std::string accounts_before = scalar(accounts);
+  EXPECT_EQ(accounts_before, "12.5/3/10");
+
+  ASSERT_TRUE(migrate(*conn_, v10).ok());
+  EXPECT_EQ(*current_schema_version(*conn_, v10), latest_schema_version());
+  EXPECT_EQ(scalar(files), files_before) << "no table or index rewritten";
+  EXPECT_EQ(scalar(accounts), accounts_before);
+  EXPECT_EQ(count("SELECT count(*) FROM pg_constraint WHERE contype = 'c' AND conrelid IN ('" +
+                  name + ".payment_events'::regclass, '" + name + ".accounts'::regclass, '" + name +
+                  ".processed_events'::regclass, '" + name + ".system_entries'::regclass)"),
+            1)
+      << "only held <= balance stays a CHECK";
+  EXPECT_EQ(count("SELECT count(*) FROM pg_constraint WHERE contype = 'c' AND convalidated AND "
+                  "connamespace = '" +
+                  name + "'::regnamespace AND contypid <> 0"),
+            7)
+      << "seven domain rules, each checked against the rows already there";
+  expect_rules_hold(*conn_, v10);
+  // What returns the changed columns still answers.
+  EXPECT_TRUE(ledger.open_account(*conn_, 1, *Amount::parse("10")).ok());
+  EXPECT_EQ(ledger.open_account(*conn_, 1, *Amount::parse("11")).code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(*ledger.process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "2.5")),
+            Outcome::kAlreadyApplied);
+  EXPECT_EQ(count("SELECT count(*) FROM " + name + ".claim_events(10, 1000)"), 1);
+  exec("DROP SCHEMA " + name + " CASCADE");
 }
 
 }  // namespace

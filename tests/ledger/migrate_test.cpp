@@ -23,6 +23,8 @@ TEST(MigrationCatalog, ReleasedMigrationsNeverChange) {
       {8, "2e4312589903124ad192343ae26f50b59ea4190f7731cf9db7eb5ad73b27d0e5"},
       {9, "8df8ef45d05357d83f91f29a4befbb9aebb890548d9166da07035f3bc7cc251e"},
       {10, "fc1e66f7d4bb00d8133df9e34eaceaa593bac470251927c437e6fa86587c5b7c"},
+      {11, "1a43e664c0ecfc2f78348c86f2f1670c97a6d6976babd5c88850b8a121dcd53b"},
+      {12, "2f8b246cfc03b284caa16ea43ef92382438191383d041487a228a9c128bf928e"},
   };
   const std::vector<MigrationInfo> catalog = migration_catalog();
   ASSERT_GE(catalog.size(), pinned.size());

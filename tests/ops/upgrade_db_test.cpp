@@ -67,7 +67,8 @@ class Upgrade : public LedgerTest {
 };
 
 TEST_F(Upgrade, EveryBalanceMovesToTheDefaultAssetAndReconciles) {
-  ASSERT_TRUE(migrate(*conn_, {.schema = v1_, .default_asset = "ETH"}).ok());
+  const absl::Status migrated = migrate(*conn_, {.schema = v1_, .default_asset = "ETH"});
+  ASSERT_TRUE(migrated.ok()) << migrated;
   EXPECT_EQ(*current_schema_version(*conn_, v1_), latest_schema_version());
   EXPECT_EQ(
       v1_scalar("SELECT string_agg(user_id || ' ' || asset || ' ' || trim_scale(balance) || ' "
