@@ -127,7 +127,8 @@ int run_benchmark(int argc, char** argv) {
     if (a == "--in-flight") in_flight = std::atoi(v.c_str());
   }
   const example::HttpRelayTransport post(url, 2'000);
-  httplib::Client mock(post.endpoint().base);
+  const example::Url parsed(url);
+  httplib::Client mock(parsed.host, std::atoi(parsed.port.c_str()));
   idemledger::pg::Pool pool({.dsn = dsn, .max_size = static_cast<std::size_t>(in_flight) + 2});
   absl::StatusOr<idemledger::pg::PooledConnection> conn = pool.acquire();
   if (!conn.ok()) {

@@ -8,7 +8,8 @@ rm -rf "$logs" && mkdir -p "$logs"
 
 export IDEMLEDGER_DSN="$IDEMLEDGER_TEST_DSN" IDEMLEDGER_SCHEMA=demo
 IDEMLEDGER_WEBHOOK_SECRET=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
-export IDEMLEDGER_WEBHOOK_SECRET IDEMLEDGER_TIMESTAMP_TOLERANCE_S=300
+IDEMLEDGER_DLQ_SPOOL_KEY=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
+export IDEMLEDGER_WEBHOOK_SECRET IDEMLEDGER_TIMESTAMP_TOLERANCE_S=300 IDEMLEDGER_DLQ_SPOOL_KEY
 "$bin/provider_simulator/provider_simulator" setup
 
 pids=()
@@ -34,6 +35,7 @@ pids+=($!)
 # shellcheck source=scripts/loopback.sh
 source scripts/loopback.sh
 port=$(logged_port "$logs/intake.log" listening)
+admin_port=$(logged_port "$logs/intake.log" "admin listening")
 mock_port=$(logged_port "$logs/mock.log" listening)
 relays=2 relay_in_flight=8
 for r in $(seq "$relays"); do
@@ -68,7 +70,7 @@ echo
 build/tools/idemledger-admin/idemledger-admin relay status
 
 # And what a Prometheus server scrapes (full text in $logs/*.prom).
-loopback_http GET "$port" /metrics >"$logs/intake.prom"
+loopback_http GET "$admin_port" /metrics >"$logs/intake.prom"
 for i in 0 1; do loopback_http GET "${metrics_ports[$i]}" /metrics >"$logs/worker$((i + 1)).prom"; done
 echo
 echo "metrics excerpt (webhook_intake, then worker 1 of 2):"

@@ -11,7 +11,7 @@ bash scripts/install-deps.sh clang libclang-rt-14-dev
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DIDEMLEDGER_FUZZ=ON -DIDEMLEDGER_BUILD_TESTS=OFF -DIDEMLEDGER_BUILD_EXAMPLES=OFF \
   -DIDEMLEDGER_BUILD_BENCH=OFF -DIDEMLEDGER_BUILD_TOOLS=OFF -DIDEMLEDGER_INSTALL=OFF >/dev/null
-targets=(amount_parse key_encoding webhook)
+targets=(amount_parse key_encoding webhook http_request)
 cmake --build build-fuzz -j2 --target "${targets[@]/%/_fuzz}"
 
 printf '\n%-14s %12s %10s %8s %8s %8s  %s\n' target runs "execs/s" cov ft corpus result

@@ -13,6 +13,7 @@
 
 #include "idemledger/ledger/metrics.hpp"
 #include "idemledger/pg/pool.hpp"
+#include "metrics.hpp"
 #include "service.hpp"
 
 namespace example {
@@ -28,19 +29,11 @@ inline int bind_loopback(httplib::Server& server, long port) {
   return bound;
 }
 
-// Answers a scrape. If the database is unreachable the counters are still
-// served (they live in this process); the gauges keep their last values and
-// idemledger_metrics_database_up says 0.
+// Answers a scrape (common/metrics.hpp).
 inline void serve_metrics(httplib::Response& res, idemledger::MetricsRegistry& registry,
                           idemledger::LedgerMetrics& metrics, idemledger::pg::Pool& pool,
                           const idemledger::Schema& schema) {
-  absl::StatusOr<idemledger::pg::PooledConnection> conn = pool.acquire();
-  const bool up = conn.ok() && idemledger::refresh_queue_gauges(**conn, schema, metrics).ok();
-  registry
-      .gauge("idemledger_metrics_database_up",
-             "1 if the last scrape read the queue gauges from the database.")
-      .set(up ? 1 : 0);
-  res.set_content(registry.render(), "text/plain; version=0.0.4; charset=utf-8");
+  res.set_content(scrape_text(registry, metrics, pool, schema), kPrometheusContentType);
 }
 
 // GET /metrics on 127.0.0.1:`port` in a thread of its own, answered by

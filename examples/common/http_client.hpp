@@ -1,53 +1,87 @@
-// The library's outbound HTTP calls, which the host provides, over
-// cpp-httplib: the relay's delivery (idemledger::DeliveryTransport, used by
+// The library's outbound HTTP calls, which the host provides, on Boost.Beast:
+// the relay's delivery (idemledger::DeliveryTransport, used by
 // notification_relay and the relay benchmark) and the finality oracle's
 // JSON-RPC POST (idemledger::JsonRpcTransport, used by outbox_worker).
 //
-// Both map an answer the same way: 2xx OK; 408, 429, 5xx, a refused
-// connection kUnavailable; no answer in time kDeadlineExceeded (retryable);
-// any other 4xx kInvalidArgument (a refusal).
+// Every call is bounded as a whole, not per read:
+// - one deadline from the first byte of the name lookup to the last byte of
+//   the answer (a server that drips one byte every 0.4 s cannot stretch a
+//   500 ms call to 8 s, and so cannot outlive the caller's lease);
+// - the answer's header and body are capped in bytes while they are read
+//   (kMaxResponseBytes; a 300 MB answer costs at most that much);
+// - https:// with the peer's certificate verified against the system's CAs
+//   (or $SSL_CERT_FILE) and its name checked against the URL's host.
+//
+// Both transports map an answer the same way: 2xx OK; 408, 429, 5xx, a
+// refused connection, an oversized answer kUnavailable; no whole answer in
+// time kDeadlineExceeded (retryable); any other 4xx kInvalidArgument (a
+// refusal); a certificate that does not verify kUnavailable, naming it.
 #ifndef IDEMLEDGER_EXAMPLES_COMMON_HTTP_CLIENT_HPP
 #define IDEMLEDGER_EXAMPLES_COMMON_HTTP_CLIENT_HPP
 
-#include <httplib.h>
+// Boost 1.74's Asio uses std::exchange without including <utility> (C++20).
+#include <utility>
+// (a block of its own, so it stays first)
 
+#include <openssl/ssl.h>
+
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "idemledger/eth/finality.hpp"
 #include "idemledger/relay/relay.hpp"
 #include "service.hpp"
 
 namespace example {
 
-// "http://host:port/path" as httplib wants it: the client's base and the
-// path; a malformed URL is a configuration error.
-struct HttpEndpoint {
-  std::string base;
-  std::string path;
+// The most an answer may be, header and body together.
+inline constexpr std::size_t kMaxResponseBytes = 1 << 20;
 
-  explicit HttpEndpoint(const std::string& url) {
+// "http[s]://host[:port]/path"; a malformed URL is a configuration error.
+struct Url {
+  bool tls = false;
+  std::string host;
+  std::string port;
+  std::string target;
+
+  explicit Url(const std::string& url) {
     const std::size_t scheme = url.find("://");
+    const std::string s = scheme == std::string::npos ? "" : url.substr(0, scheme);
     const std::size_t slash = url.find('/', scheme == std::string::npos ? 0 : scheme + 3);
-    if (scheme == std::string::npos || url.compare(0, scheme, "http") != 0 ||
-        slash == std::string::npos) {
-      config_error("a URL must look like http://host:port/path, got \"" + url + "\"");
+    if ((s != "http" && s != "https") || slash == std::string::npos) {
+      config_error("a URL must look like http[s]://host[:port]/path, got \"" + url + "\"");
     }
-    base = url.substr(0, slash);
-    path = url.substr(slash);
+    tls = s == "https";
+    const std::string authority = url.substr(scheme + 3, slash - scheme - 3);
+    const std::size_t colon = authority.rfind(':');
+    host = colon == std::string::npos ? authority : authority.substr(0, colon);
+    port = colon == std::string::npos ? (tls ? "443" : "80") : authority.substr(colon + 1);
+    target = url.substr(slash);
+    if (host.empty() || port.empty() || port.find_first_not_of("0123456789") != std::string::npos) {
+      config_error("a URL must look like http[s]://host[:port]/path, got \"" + url + "\"");
+    }
   }
 };
 
+struct HttpAnswer {
+  int status = 0;
+  std::string body;
+};
+
 // The answer as the transports' contract wants it (see the top of the file).
-inline absl::Status classify_http(const httplib::Result& res) {
-  if (!res) {
-    const std::string why = httplib::to_string(res.error());
-    return res.error() == httplib::Error::Read || res.error() == httplib::Error::Write
-               ? absl::DeadlineExceededError("no answer in time: " + why)
-               : absl::UnavailableError("connection failed: " + why);
-  }
+inline absl::Status classify_http(const absl::StatusOr<HttpAnswer>& res) {
+  if (!res.ok()) return res.status();
   const int status = res->status;
   if (status >= 200 && status < 300) return absl::OkStatus();
   const std::string what = "HTTP " + std::to_string(status);
@@ -55,65 +89,185 @@ inline absl::Status classify_http(const httplib::Result& res) {
   return absl::InvalidArgumentError(what);
 }
 
-inline void set_timeouts(httplib::Client& client, long timeout_ms) {
-  const time_t s = timeout_ms / 1000, us = (timeout_ms % 1000) * 1000;
-  client.set_connection_timeout(s, us);
-  client.set_read_timeout(s, us);
-  client.set_write_timeout(s, us);
-}
+// POSTs to one URL, over one kept-alive connection (re-opened after any
+// failure). Not thread-safe: one per thread.
+class HttpCaller {
+ public:
+  HttpCaller(Url url, std::chrono::milliseconds timeout,
+             std::size_t max_response = kMaxResponseBytes)
+      : url_(std::move(url)), timeout_(timeout), max_response_(max_response) {
+    if (url_.tls) {
+      tls_context_.set_verify_mode(boost::asio::ssl::verify_peer);
+      tls_context_.set_default_verify_paths();  // honours $SSL_CERT_FILE / $SSL_CERT_DIR
+    }
+  }
+
+  absl::StatusOr<HttpAnswer> post(std::string body,
+                                  const std::vector<std::pair<std::string, std::string>>& headers) {
+    namespace http = boost::beast::http;
+    request_ = http::request<http::string_body>(http::verb::post, url_.target, 11);
+    request_.set(http::field::host, url_.host);
+    request_.set(http::field::content_type, "application/json");
+    for (const auto& [name, value] : headers) request_.set(name, value);
+    request_.body() = std::move(body);
+    request_.keep_alive(true);
+    request_.prepare_payload();
+
+    std::optional<absl::StatusOr<HttpAnswer>> result;
+    boost::asio::co_spawn(
+        io_, exchange(), [&](std::exception_ptr failed, absl::StatusOr<HttpAnswer> answer) {
+          result = failed ? absl::UnavailableError("call failed") : std::move(answer);
+        });
+    io_.restart();
+    io_.run_for(timeout_);
+    if (!result) {
+      // The deadline passed mid-call: close the sockets, let the call see its
+      // operations cancelled and end, then forget the connection.
+      close_sockets();
+      io_.restart();
+      io_.run();
+      reuse_ = false;
+      result = absl::DeadlineExceededError("no whole answer within " +
+                                           std::to_string(timeout_.count()) + " ms");
+    }
+    if (!result->ok() || !reuse_) {
+      close_sockets();
+      tcp_.reset();
+      tls_.reset();
+      buffer_.clear();
+    }
+    return *std::move(result);
+  }
+
+ private:
+  using Tcp = boost::beast::tcp_stream;
+  using Tls = boost::beast::ssl_stream<boost::beast::tcp_stream>;
+
+  boost::asio::awaitable<absl::StatusOr<HttpAnswer>> exchange() {
+    namespace asio = boost::asio;
+    namespace http = boost::beast::http;
+    boost::beast::error_code ec;
+    const auto step = [&ec] { return asio::redirect_error(asio::use_awaitable, ec); };
+    if (!tcp_ && !tls_) {
+      asio::ip::tcp::resolver resolver(io_);
+      const auto endpoints = co_await resolver.async_resolve(url_.host, url_.port, step());
+      if (ec) co_return absl::UnavailableError("cannot resolve " + url_.host + ": " + ec.message());
+      if (url_.tls) {
+        tls_.emplace(io_, tls_context_);
+        co_await boost::beast::get_lowest_layer(*tls_).async_connect(endpoints, step());
+        if (ec) co_return connection_failed(ec);
+        // The name the certificate must carry, and SNI for virtual hosts.
+        tls_->set_verify_callback(asio::ssl::host_name_verification(url_.host));
+        SSL_set_tlsext_host_name(tls_->native_handle(), url_.host.c_str());
+        co_await tls_->async_handshake(asio::ssl::stream_base::client, step());
+        if (ec)
+          co_return absl::UnavailableError("TLS handshake with " + url_.host +
+                                           " failed: " + ec.message());
+      } else {
+        tcp_.emplace(io_);
+        co_await tcp_->async_connect(endpoints, step());
+        if (ec) co_return connection_failed(ec);
+        tcp_->socket().set_option(asio::ip::tcp::no_delay(true), ec);
+      }
+    }
+    http::response_parser<http::string_body> parser;
+    parser.header_limit(static_cast<std::uint32_t>(std::min<std::size_t>(max_response_, 16384)));
+    parser.body_limit(max_response_);
+    // The header first, and its Content-Length checked here: Beast 1.74's
+    // response parser drops its own body_limit error when the header and the
+    // first body bytes arrive in one read (finish_header sets the body state
+    // before it checks, and the eager loop clears the error). Chunked bodies
+    // are held to body_limit as they arrive.
+    const auto over = [this] {
+      return absl::UnavailableError("answer over " + std::to_string(max_response_) + " bytes");
+    };
+    if (tls_) {
+      co_await http::async_write(*tls_, request_, step());
+      if (!ec) co_await http::async_read_header(*tls_, buffer_, parser, step());
+    } else {
+      co_await http::async_write(*tcp_, request_, step());
+      if (!ec) co_await http::async_read_header(*tcp_, buffer_, parser, step());
+    }
+    if (!ec && parser.content_length().value_or(0) > max_response_) co_return over();
+    if (!ec && !parser.is_done()) {
+      if (tls_) {
+        co_await http::async_read(*tls_, buffer_, parser, step());
+      } else {
+        co_await http::async_read(*tcp_, buffer_, parser, step());
+      }
+    }
+    if (ec == http::error::body_limit || ec == http::error::header_limit) co_return over();
+    if (ec) co_return absl::UnavailableError("no answer: " + ec.message());
+    reuse_ = parser.get().keep_alive();
+    co_return HttpAnswer{.status = static_cast<int>(parser.get().result_int()),
+                         .body = std::move(parser.get().body())};
+  }
+
+  static absl::Status connection_failed(const boost::beast::error_code& ec) {
+    return absl::UnavailableError("connection failed: " + ec.message());
+  }
+
+  void close_sockets() {
+    boost::beast::error_code ignored;
+    if (tcp_) tcp_->socket().close(ignored);
+    if (tls_) boost::beast::get_lowest_layer(*tls_).socket().close(ignored);
+  }
+
+  const Url url_;
+  const std::chrono::milliseconds timeout_;
+  const std::size_t max_response_;
+  boost::asio::io_context io_;
+  boost::asio::ssl::context tls_context_{boost::asio::ssl::context::tls_client};
+  std::optional<Tcp> tcp_;
+  std::optional<Tls> tls_;
+  boost::beast::flat_buffer buffer_;
+  boost::beast::http::request<boost::beast::http::string_body> request_;
+  bool reuse_ = false;  // the last answer allowed keeping the connection
+};
 
 // POSTs {"topic": ..., "message": <the outbox row's JSON, unchanged>} with
 // Idempotency-Key (outbox-<id>), X-Relay-Topic and X-Relay-Dlq-Retries.
 class HttpRelayTransport {
  public:
   HttpRelayTransport(const std::string& url, long timeout_ms)
-      : endpoint_(url), timeout_ms_(timeout_ms) {}
+      : url_text_(url), url_(url), timeout_ms_(timeout_ms) {}
 
   absl::Status operator()(const idemledger::RelayMessage& m) const {
-    // One client per thread (httplib clients are not shared safely), kept
-    // between calls for keep-alive, replaced after a failure.
-    thread_local std::unique_ptr<httplib::Client> client;
-    thread_local std::string client_base;
-    if (!client || client_base != endpoint_.base) {
-      client = std::make_unique<httplib::Client>(endpoint_.base);
-      client_base = endpoint_.base;
-      set_timeouts(*client, timeout_ms_);
-      // One connection per thread for many calls: cheaper, and a burst of
-      // new connections can overflow a small listen backlog (SYN retried
-      // after a second).
-      client->set_keep_alive(true);
-      client->set_tcp_nodelay(true);  // headers and body leave at once, no Nagle wait
+    // One caller per thread, kept between calls for keep-alive.
+    thread_local std::unique_ptr<HttpCaller> caller;
+    thread_local const HttpRelayTransport* owner = nullptr;
+    if (!caller || owner != this) {
+      caller = std::make_unique<HttpCaller>(url_, std::chrono::milliseconds(timeout_ms_));
+      owner = this;
     }
-    const httplib::Headers headers = {{"Idempotency-Key", "outbox-" + std::to_string(m.outbox_id)},
-                                      {"X-Relay-Topic", m.topic},
-                                      {"X-Relay-Dlq-Retries", std::to_string(m.dlq_retries)}};
-    const std::string body =
+    std::string body =
         R"({"topic":)" + nlohmann::json(m.topic).dump() + R"(,"message":)" + m.payload + "}";
-    absl::Status answer =
-        classify_http(client->Post(endpoint_.path, headers, body, "application/json"));
-    if (!answer.ok()) client.reset();
-    return answer;
+    return classify_http(
+        caller->post(std::move(body), {{"Idempotency-Key", "outbox-" + std::to_string(m.outbox_id)},
+                                       {"X-Relay-Topic", m.topic},
+                                       {"X-Relay-Dlq-Retries", std::to_string(m.dlq_retries)}}));
   }
 
-  const HttpEndpoint& endpoint() const { return endpoint_; }
+  const std::string& url() const { return url_text_; }
+  // The longest one delivery can take: the whole-call deadline.
+  long worst_case_ms() const { return timeout_ms_; }
 
  private:
-  HttpEndpoint endpoint_;
+  std::string url_text_;
+  Url url_;
   long timeout_ms_;
 };
 
 // A JSON-RPC POST for EthFinalityOracle: the request body in, the response
 // body out; a refusal is reported as the node being unusable (kUnavailable).
 inline idemledger::JsonRpcTransport json_rpc_over_http(const std::string& url, long timeout_ms) {
-  return [endpoint = HttpEndpoint(url),
-          timeout_ms](std::string_view body) -> absl::StatusOr<std::string> {
-    httplib::Client client(endpoint.base);
-    set_timeouts(client, timeout_ms);
-    const httplib::Result res = client.Post(endpoint.path, std::string(body), "application/json");
+  return [url = Url(url), timeout_ms](std::string_view body) -> absl::StatusOr<std::string> {
+    HttpCaller caller(url, std::chrono::milliseconds(timeout_ms));  // rare calls: no keep-alive
+    absl::StatusOr<HttpAnswer> res = caller.post(std::string(body), {});
     if (absl::Status s = classify_http(res); !s.ok()) {
       return absl::IsInvalidArgument(s) ? absl::UnavailableError(s.message()) : s;
     }
-    return res->body;
+    return std::move(res->body);
   };
 }
 

@@ -92,7 +92,13 @@ int main() {
       .metrics = &registry,
       .log = &logs};
   // A claim must outlast its whole delivery: every attempt timing out, plus backoff.
+  // Each attempt is bounded as a whole (common/http_client.hpp), so this is
+  // the worst case by construction; checked, because a second replica
+  // delivering a message whose lease ran out is a duplicate notification.
   options.lease = absl::Milliseconds(attempts * (timeout_ms + 1'000)) + absl::Seconds(10);
+  if (options.lease <= absl::Milliseconds(attempts * post.worst_case_ms())) {
+    example::config_error("the claim lease must outlast every attempt of a delivery");
+  }
   absl::StatusOr<std::unique_ptr<idemledger::Relay>> created =
       idemledger::Relay::create(std::move(options));
   if (!created.ok()) example::config_error(std::string(created.status().message()));
@@ -106,12 +112,12 @@ int main() {
   example::install_stop_handlers();
 
   const example::MetricsEndpoint metrics_endpoint(metrics_port, [&](httplib::Response& res) {
-    res.set_content(registry.render(), "text/plain; version=0.0.4; charset=utf-8");
+    res.set_content(registry.render(), example::kPrometheusContentType);
   });
 
   example::log("info", {{"msg", "relay started"},
                         {"owner", relay.owner()},
-                        {"url", post.endpoint().base + post.endpoint().path},
+                        {"url", post.url()},
                         {"max_in_flight", max_in_flight}});
   relay.run(pool.lender(), [] { return example::stop_requested != 0; });
   example::log("info", {{"msg", "relay stopped"}, {"in_flight", 0}});

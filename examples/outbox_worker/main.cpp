@@ -11,6 +11,8 @@
 // IDEMLEDGER_WORKER_THREADS (2), IDEMLEDGER_BATCH_SIZE (32),
 // IDEMLEDGER_LEASE_MS (30000), IDEMLEDGER_POLL_MS (500),
 // IDEMLEDGER_RETRY_BASE_MS (1000), IDEMLEDGER_DLQ_SPOOL (./dead_letters.spool),
+// IDEMLEDGER_DLQ_SPOOL_KEY (required, >= 32 bytes: seals every spool line, so
+// only what a worker spooled can become a dead letter),
 // IDEMLEDGER_METRICS_PORT (-1 = no /metrics; 0 = any free port, logged),
 // IDEMLEDGER_WRITE_NOTIFICATIONS (0; 1 writes an outbox row with each outcome),
 // IDEMLEDGER_PREPARED_STATEMENTS (1; 0 behind PgBouncer < 1.21, where LISTEN
@@ -50,7 +52,13 @@ int main() {
        .write_notifications = example::env_long("IDEMLEDGER_WRITE_NOTIFICATIONS", 0, 0, 1) == 1,
        .metrics = &metrics});
   const idemledger::DeadLetterQueue dead_letters(
-      {.schema = schema, .spool_path = spool, .log = &logs});
+      {.schema = schema,
+       .spool_path = spool,
+       .spool_key = example::env_string("IDEMLEDGER_DLQ_SPOOL_KEY"),
+       .log = &logs});
+  if (absl::Status s = dead_letters.check_options(); !s.ok()) {
+    example::config_error("IDEMLEDGER_DLQ_SPOOL_KEY: " + std::string(s.message()));
+  }
   // Finality before credit, when a node is configured. The oracle's breaker
   // is this process's: its threads stop calling a dead node together and one
   // of them probes it.
@@ -102,7 +110,11 @@ int main() {
       while (!example::stop_requested && !(*conn)->is_broken()) {
         if (thread == 0 && absl::Now() >= next_maintenance) {
           (void)dispatcher.recover_stale(**conn);  // logs what it recovers
-          (void)dead_letters.drain_spool(**conn);  // logs what it drains
+          // Logs what it drains; a refused spool is also a critical alert.
+          if (absl::StatusOr<int> drained = dead_letters.drain_spool(**conn); !drained.ok()) {
+            example::log("error", {{"msg", "dead-letter spool not drained"},
+                                   {"error", drained.status().ToString()}});
+          }
           // The hold sweeper: releases holds past their expiry, each once
           // (other workers' sweeps skip what this one locked).
           if (absl::StatusOr<int> expired = ledger.expire_holds(**conn); !expired.ok()) {

@@ -2,26 +2,41 @@
 //
 //   POST /webhooks/payments   X-Signature: <hex HMAC-SHA256>  [X-Timestamp: <unix s>]
 //     401 bad or missing signature     400 bad payload (the rule broken)
-//     409 same event id, other content 429 over the per-client rate limit
+//     409 same event id, other content 429 over the provider's rate limit
+//     411 no Content-Length, or chunked  413 body over 64 KiB (nothing read)
+//     415 any Content-Encoding          431 headers over 8 KiB or 64 fields
+//     408 request not complete within IDEMLEDGER_REQUEST_TIMEOUT_MS
 //     200 {"result":"accepted"|"duplicate"|"unmatched_address","trace_id":...}
+//   On the admin listener (IDEMLEDGER_ADMIN_LISTEN), apart from the traffic:
 //   GET /healthz               200 if the database answers, 503 otherwise
 //   GET /metrics               Prometheus text: requests by status, results,
 //                              queue depth, open dead letters, last reconciliation
 //
+// It holds by itself, with no proxy in front (common/http_server.hpp): limits
+// before any body byte is read, one deadline per request, slow clients cost a
+// socket and not a thread, a bounded number of connections (the longest idle
+// closed first). The signature is checked before the rate limit, so unsigned
+// traffic never spends the provider's budget. Error bodies name the rule the
+// sender broke and nothing else: no SQLSTATE, no recorded amount, no
+// exception text.
+//
 // Configuration (environment): IDEMLEDGER_DSN, IDEMLEDGER_WEBHOOK_SECRET (>= 32
 // bytes), IDEMLEDGER_SCHEMA (idemledger), IDEMLEDGER_LISTEN_PORT (0 = any; the
-// chosen port is logged), IDEMLEDGER_TIMESTAMP_TOLERANCE_S (0 = unsigned
-// timestamps not required), IDEMLEDGER_RATE_LIMIT_RPS (per client, 200),
-// IDEMLEDGER_HTTP_THREADS (32), IDEMLEDGER_PREPARED_STATEMENTS (1; 0 behind
-// PgBouncer < 1.21). SIGTERM stops accepting and drains.
-#include <httplib.h>
-
+// chosen port is logged), IDEMLEDGER_ADMIN_LISTEN ([host:]port, 127.0.0.1:0),
+// IDEMLEDGER_TIMESTAMP_TOLERANCE_S (0 = unsigned timestamps not required),
+// IDEMLEDGER_RATE_LIMIT_RPS (per provider, 200), IDEMLEDGER_HTTP_THREADS
+// (handler threads = database sessions, 16), IDEMLEDGER_IO_THREADS (2),
+// IDEMLEDGER_MAX_CONNECTIONS (1024), IDEMLEDGER_REQUEST_TIMEOUT_MS (10000),
+// IDEMLEDGER_PREPARED_STATEMENTS (1; 0 behind PgBouncer < 1.21). Every value,
+// the schema and the secret are checked at startup (exit 2 naming the rule).
+// SIGTERM stops accepting and drains.
 #include <algorithm>
 #include <atomic>
 #include <random>
 #include <thread>
 
-#include "../common/http.hpp"
+#include "../common/http_server.hpp"
+#include "../common/metrics.hpp"
 #include "../common/service.hpp"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
@@ -31,8 +46,9 @@
 
 namespace {
 
-// Token bucket per client address: `rate` requests per second, bursts of the
-// same size. The table is bounded: when full, idle clients are forgotten.
+// Token bucket per key (the authenticated provider): `rate` requests per
+// second, bursts of the same size. The table is bounded: when full, idle keys
+// are forgotten.
 class RateLimiter {
  public:
   explicit RateLimiter(long rate) : rate_(rate) {}
@@ -81,9 +97,32 @@ bool is_plain_trace_id(std::string_view id) {
   });
 }
 
-void reply(httplib::Response& res, int status, const nlohmann::json& body) {
-  res.status = status;
-  res.set_content(body.dump(), "application/json");
+// The text of a refusal the sender may read: the rule it broke, never a
+// SQLSTATE or a server detail.
+std::string public_text(const absl::Status& s) {
+  std::string text(s.message());
+  if (const std::size_t at = text.find(" [SQLSTATE"); at != std::string::npos) text.resize(at);
+  if (text.size() > 200) text.resize(200);
+  return text;
+}
+
+example::http::Response json_response(int status, const nlohmann::json& body) {
+  return {.status = status,
+          .body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
+}
+
+// IDEMLEDGER_ADMIN_LISTEN: "port" or "host:port" (host an IP address).
+std::pair<std::string, long> admin_listen() {
+  const std::string v = example::env_string("IDEMLEDGER_ADMIN_LISTEN", "127.0.0.1:0");
+  const std::size_t colon = v.rfind(':');
+  const std::string host = colon == std::string::npos ? "127.0.0.1" : v.substr(0, colon);
+  const std::string port = colon == std::string::npos ? v : v.substr(colon + 1);
+  char* end = nullptr;
+  const long p = std::strtol(port.c_str(), &end, 10);
+  if (port.empty() || *end != '\0' || p < 0 || p > 65535 || host.empty()) {
+    example::config_error("IDEMLEDGER_ADMIN_LISTEN must be [host:]port, got \"" + v + "\"");
+  }
+  return {host, p};
 }
 
 }  // namespace
@@ -92,18 +131,25 @@ int main() {
   const std::string dsn = example::env_string("IDEMLEDGER_DSN");
   const idemledger::Schema schema = example::env_schema();
   const long port = example::env_long("IDEMLEDGER_LISTEN_PORT", 8080, 0, 65535);
+  const auto [admin_host, admin_port] = admin_listen();
   const long tolerance_s = example::env_long("IDEMLEDGER_TIMESTAMP_TOLERANCE_S", 0, 0, 86400);
   const long rate = example::env_long("IDEMLEDGER_RATE_LIMIT_RPS", 200, 1, 1'000'000);
-  // Each keep-alive client connection holds a server thread while open, so
-  // this bounds concurrent clients, not just concurrent requests.
-  const long threads = example::env_long("IDEMLEDGER_HTTP_THREADS", 32, 1, 256);
+  const long threads = example::env_long("IDEMLEDGER_HTTP_THREADS", 16, 1, 256);
+  const long io_threads = example::env_long("IDEMLEDGER_IO_THREADS", 2, 1, 64);
+  const example::http::Limits limits{.max_body = idemledger::kMaxWebhookBodyLength,
+                                     .request_timeout = std::chrono::milliseconds(example::env_long(
+                                         "IDEMLEDGER_REQUEST_TIMEOUT_MS", 10'000, 100, 600'000)),
+                                     .max_connections = static_cast<std::size_t>(example::env_long(
+                                         "IDEMLEDGER_MAX_CONNECTIONS", 1024, 1, 1'000'000))};
   absl::StatusOr<idemledger::WebhookVerifier> verifier = idemledger::WebhookVerifier::create(
       example::env_string("IDEMLEDGER_WEBHOOK_SECRET"), absl::Seconds(tolerance_s));
-  if (!verifier.ok()) example::config_error(std::string(verifier.status().message()));
+  if (!verifier.ok()) {
+    example::config_error("IDEMLEDGER_WEBHOOK_SECRET: " + std::string(verifier.status().message()));
+  }
 
   idemledger::pg::Pool pool(
       {.dsn = dsn,
-       .max_size = static_cast<std::size_t>(threads),
+       .max_size = static_cast<std::size_t>(threads + 2),
        .connection = {.prepared_statements = example::env_prepared_statements()}});
   RateLimiter limiter(rate);
   idemledger::MetricsRegistry registry;
@@ -114,39 +160,32 @@ int main() {
                  {{"status", std::to_string(status)}, {"result", std::string(result)}})
         .increment();
   };
-  httplib::Server server;
-  server.new_task_queue = [threads] {
-    return new httplib::ThreadPool(static_cast<std::size_t>(threads));
-  };
-  server.set_payload_max_length(idemledger::kMaxWebhookBodyLength + 1);
-  server.set_tcp_nodelay(true);
-  // httplib closes a keep-alive connection after 5 requests by default; a
-  // client sending just then sees a reset and must redeliver.
-  server.set_keep_alive_max_count(
-      10'000);  // small JSON answers: Nagle + delayed ACK would add ~40 ms each
 
-  server.Post("/webhooks/payments", [&](const httplib::Request& req, httplib::Response& res) {
-    std::string trace_id = req.get_header_value("X-Request-ID");
+  const auto webhook = [&](const example::http::Request& req) -> example::http::Response {
+    std::string trace_id = req.header("X-Request-ID");
     if (!is_plain_trace_id(trace_id)) trace_id = new_trace_id();
-    res.set_header("X-Request-ID", trace_id);
-    nlohmann::json log = {{"msg", "webhook"}, {"trace_id", trace_id}, {"client", req.remote_addr}};
+    nlohmann::json log = {{"msg", "webhook"}, {"trace_id", trace_id}, {"client", req.peer}};
     const auto answer = [&](int status, nlohmann::json body) {
       count_request(status, body.value("result", "refused"));
       body["trace_id"] = trace_id;
       log["status"] = status;
       log.update(body);
       example::log(status >= 500 ? "error" : "info", log);
-      reply(res, status, body);
+      example::http::Response r = json_response(status, body);
+      r.headers.emplace_back("X-Request-ID", trace_id);
+      return r;
     };
-    if (!limiter.allow(req.remote_addr)) return answer(429, {{"error", "rate limit exceeded"}});
-    // The signature is checked over the raw bytes, before any parsing.
-    if (absl::Status s = verifier->verify(req.body, req.get_header_value("X-Signature"),
-                                          req.get_header_value("X-Timestamp"), absl::Now());
+    if (req.method != "POST") return answer(405, {{"error", "POST only"}});
+    // The signature is checked over the raw bytes, before any parsing, and
+    // before the rate limit: a flood without the secret spends nobody's budget.
+    if (absl::Status s = verifier->verify(req.body, req.header("X-Signature"),
+                                          req.header("X-Timestamp"), absl::Now());
         !s.ok()) {
-      return answer(401, {{"error", std::string(s.message())}});
+      return answer(401, {{"error", public_text(s)}});
     }
+    if (!limiter.allow("provider")) return answer(429, {{"error", "rate limit exceeded"}});
     absl::StatusOr<idemledger::WebhookEvent> event = idemledger::parse_webhook(req.body);
-    if (!event.ok()) return answer(400, {{"error", std::string(event.status().message())}});
+    if (!event.ok()) return answer(400, {{"error", public_text(event.status())}});
     log["event_id"] = event->event_id;
     absl::StatusOr<idemledger::RecordResult> recorded = idemledger::with_retries(
         {.max_attempts = 4}, [&]() -> absl::StatusOr<idemledger::RecordResult> {
@@ -157,37 +196,51 @@ int main() {
     if (recorded.ok())
       return answer(200, {{"result", std::string(idemledger::to_string(*recorded))}});
     switch (recorded.status().code()) {
-      case absl::StatusCode::kAlreadyExists:
-        return answer(409, {{"error", std::string(recorded.status().message())}});
+      case absl::StatusCode::kAlreadyExists:  // what was recorded is not the sender's to read
+        log["detail"] = public_text(recorded.status());
+        return answer(
+            409, {{"error", "conflicting replay: this event id was recorded with other content"}});
       case absl::StatusCode::kNotFound:            // unknown user
       case absl::StatusCode::kInvalidArgument:     // unknown asset, too many decimals
       case absl::StatusCode::kFailedPrecondition:  // disabled asset
-        return answer(400, {{"error", std::string(recorded.status().message())}});
+        return answer(400, {{"error", public_text(recorded.status())}});
       default:
-        return answer(503,
-                      {{"error", "temporarily unavailable; retry"}});  // the provider redelivers
+        log["detail"] = recorded.status().ToString();  // for the operator, not the sender
+        return answer(503, {{"error", "temporarily unavailable; retry"}});  // it redelivers
     }
-  });
+  };
+  const auto admin = [&](const example::http::Request& req) -> example::http::Response {
+    if (req.method != "GET") return json_response(405, {{"error", "GET only"}});
+    if (req.target == "/healthz") {
+      absl::StatusOr<idemledger::pg::PooledConnection> conn = pool.acquire();
+      const bool up = conn.ok() && (*conn)->execute("SELECT 1").ok();
+      return json_response(up ? 200 : 503, {{"database", up ? "up" : "down"}});
+    }
+    if (req.target == "/metrics") {
+      return {.content_type = example::kPrometheusContentType,
+              .body = example::scrape_text(registry, queue_metrics, pool, schema)};
+    }
+    return json_response(404, {{"error", "not found"}});
+  };
 
-  server.Get("/healthz", [&](const httplib::Request&, httplib::Response& res) {
-    absl::StatusOr<idemledger::pg::PooledConnection> conn = pool.acquire();
-    const bool up = conn.ok() && (*conn)->execute("SELECT 1").ok();
-    reply(res, up ? 200 : 503, {{"database", up ? "up" : "down"}});
-  });
-
-  server.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
-    example::serve_metrics(res, registry, queue_metrics, pool, schema);
-  });
-
+  example::http::Server server("webhook", limits, static_cast<std::size_t>(threads),
+                               [&](const example::http::Request& req) {
+                                 if (req.target != "/webhooks/payments")
+                                   return json_response(404, {{"error", "not found"}});
+                                 return webhook(req);
+                               });
+  example::http::Server admin_server("admin", {.max_body = 0, .max_connections = 64}, 2, admin);
   example::install_stop_handlers();
-  const int bound = example::bind_loopback(server, port);
-  std::thread stopper([&] {
-    while (!example::stop_requested) absl::SleepFor(absl::Milliseconds(100));
-    server.stop();  // stops accepting; in-flight requests finish
-  });
-  example::log("info", {{"msg", "listening"}, {"port", bound}, {"schema", schema.name()}});
-  server.listen_after_bind();
-  stopper.join();
+  const int admin_bound = admin_server.start(admin_host, admin_port, 1);
+  const int bound = server.start("127.0.0.1", port, static_cast<int>(io_threads));
+  example::log("info", {{"msg", "admin listening"}, {"port", admin_bound}});
+  example::log("info", {{"msg", "listening"},
+                        {"port", bound},
+                        {"admin_port", admin_bound},
+                        {"schema", schema.name()}});
+  while (!example::stop_requested) absl::SleepFor(absl::Milliseconds(100));
+  server.stop();  // stops accepting; requests in hand finish
+  admin_server.stop();
   example::log("info", {{"msg", "stopped"}});
   return 0;
 }

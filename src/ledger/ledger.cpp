@@ -4,6 +4,7 @@
 
 #include <array>
 
+#include "absl/strings/ascii.h"
 #include "idemledger/core/connection.hpp"
 #include "idemledger/core/status.hpp"
 #include "idemledger/ledger/dead_letter.hpp"
@@ -119,7 +120,24 @@ absl::StatusOr<Outcome> Ledger::process_compensation(Connection& conn,
                                                      std::string_view original_tx_hash,
                                                      std::int64_t user_id, const Amount& amount,
                                                      std::optional<AssetCode> asset) const {
-  const PaymentEvent event{.event_id = fmt::format("{}{}", kReorgEventIdPrefix, original_tx_hash),
+  // A transaction hash is keyed in lower case, so two spellings of one
+  // transaction are one compensation; one recorded before hashes were
+  // normalised keeps its key (one lookup, only for a mixed-case hash).
+  std::string hash(original_tx_hash);
+  if (internal::is_tx_hash(hash)) {
+    const std::string lower = absl::AsciiStrToLower(hash);
+    if (lower != hash) {
+      absl::StatusOr<Result> legacy = conn.execute(
+          options_.schema.qualify(
+              "SELECT EXISTS (SELECT 1 FROM {schema}.payment_events WHERE event_id = $1)"),
+          Params(fmt::format("{}{}", kReorgEventIdPrefix, hash)));
+      if (!legacy.ok()) return legacy.status();
+      absl::StatusOr<bool> exists = read_single<bool>(*legacy, "legacy compensation");
+      if (!exists.ok()) return exists.status();
+      if (!*exists) hash = lower;
+    }
+  }
+  const PaymentEvent event{.event_id = fmt::format("{}{}", kReorgEventIdPrefix, hash),
                            .type = EventType::kReorgCompensation,
                            .user_id = user_id,
                            .amount = amount,

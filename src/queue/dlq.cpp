@@ -3,8 +3,10 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -12,17 +14,40 @@
 #include "idemledger/core/connection.hpp"
 #include "src/core/internal/absl_compat.hpp"
 #include "src/core/internal/random.hpp"
+#include "src/core/internal/text.hpp"
 #include "src/ledger/internal/sqlstates.hpp"
+#include "src/queue/internal/hmac.hpp"
 
 namespace idemledger {
 namespace {
 
-// An open spool file holding an exclusive flock for the object's lifetime.
+// Why a spool or quarantine file may not be used, or "" if it may: only a
+// regular file, not a link, owned by this process's user, with no other
+// name (hard link) and mode 0600 — anything else could be someone's bait.
+std::string refusal(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return "cannot stat it";
+  if (!S_ISREG(st.st_mode)) return "it is not a regular file";
+  if (st.st_uid != ::geteuid()) return fmt::format("it is owned by uid {}, not us", st.st_uid);
+  if (st.st_nlink != 1) return fmt::format("it has {} names (hard links)", st.st_nlink);
+  if ((st.st_mode & 07777) != 0600)
+    return fmt::format("its mode is {:04o}, not 0600", st.st_mode & 07777);
+  return "";
+}
+
+// A spool or quarantine file, opened without following a link, checked, and
+// holding an exclusive flock for the object's lifetime.
 class LockedFile {
  public:
   explicit LockedFile(const std::string& path)
-      : fd_(::open(path.c_str(), O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0600)) {
-    if (fd_ >= 0 && ::flock(fd_, LOCK_EX) != 0) {
+      : fd_(::open(path.c_str(), O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600)) {
+    if (fd_ < 0) {
+      error_ = errno == ELOOP ? "it is a symbolic link" : fmt::format("open: errno {}", errno);
+      return;
+    }
+    error_ = refusal(fd_);
+    if (error_.empty() && ::flock(fd_, LOCK_EX) != 0) error_ = "flock failed";
+    if (!error_.empty()) {
       ::close(fd_);
       fd_ = -1;
     }
@@ -34,10 +59,24 @@ class LockedFile {
   LockedFile& operator=(const LockedFile&) = delete;
 
   bool ok() const { return fd_ >= 0; }
+  // Why it could not be opened ("" if it was).
+  const std::string& error() const { return error_; }
 
-  bool append_durably(std::string_view line) {
-    for (std::size_t done = 0; done < line.size();) {
-      const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
+  std::int64_t size() const {
+    struct stat st {};
+    return ::fstat(fd_, &st) == 0 ? static_cast<std::int64_t>(st.st_size) : -1;
+  }
+
+  // Appends `lines` and fsyncs. A line torn by a crash before it ends the
+  // file as it is; a newline first keeps it apart from the new lines.
+  bool append_durably(std::string lines) {
+    const std::int64_t end = size();
+    if (end < 0) return false;
+    char last = '\n';
+    if (end > 0 && ::pread(fd_, &last, 1, end - 1) != 1) return false;
+    if (last != '\n') lines.insert(lines.begin(), '\n');
+    for (std::size_t done = 0; done < lines.size();) {
+      const ssize_t n = ::write(fd_, lines.data() + done, lines.size() - done);
       if (n <= 0) return false;
       done += static_cast<std::size_t>(n);
     }
@@ -58,12 +97,67 @@ class LockedFile {
 
  private:
   int fd_;
+  std::string error_;
 };
 
-nlohmann::json to_json(const DeadLetter& l, std::string_view spool_id) {
-  return {{"spool_id", spool_id}, {"event_id", l.event_id}, {"event_type", l.event_type},
-          {"user_id", l.user_id}, {"asset", l.asset},       {"amount", l.amount},
-          {"reason", l.reason},   {"error", l.error},       {"trace_id", l.trace_id}};
+constexpr std::size_t kSealLength = 64;  // hex HMAC-SHA256, then one space
+
+// One spool line: "<hex HMAC-SHA256 of the JSON> <JSON>\n". The JSON writer
+// never throws (invalid UTF-8 is replaced), so spooling cannot fail on text.
+std::string sealed_line(const DeadLetter& l, std::string_view spool_id, std::string_view key) {
+  std::string json = internal::JsonLine()
+                         .add("spool_id", spool_id)
+                         .add("event_id", l.event_id)
+                         .add("event_type", l.event_type)
+                         .add("user_id", l.user_id)
+                         .add("asset", l.asset)
+                         .add("amount", l.amount)
+                         .add("reason", l.reason)
+                         .add("error", l.error)
+                         .add("trace_id", l.trace_id)
+                         .finish();
+  json.pop_back();  // the newline: sealed without it
+  const internal::Digest seal = internal::hmac_sha256(key, {json});
+  return internal::to_hex(seal) + " " + json + "\n";
+}
+
+struct Unsealed {
+  DeadLetter letter;
+  std::string spool_id;
+};
+
+// A line back into its letter, or why it may not become one: its seal must
+// be this key's over its JSON, and every field must be there with its type.
+absl::StatusOr<Unsealed> unseal(std::string_view line, std::string_view key) {
+  if (line.size() > kMaxSpoolLineLength) return absl::DataLossError("line too long");
+  if (line.size() < kSealLength + 3 || line[kSealLength] != ' ') {
+    return absl::DataLossError("no seal (torn or foreign line)");
+  }
+  const std::string_view json = line.substr(kSealLength + 1);
+  const std::optional<internal::Digest> seal =
+      internal::parse_hex_digest(line.substr(0, kSealLength));
+  if (!seal || !internal::digests_equal(*seal, internal::hmac_sha256(key, {json}))) {
+    return absl::DataLossError("seal does not match (forged, altered or another key's)");
+  }
+  const nlohmann::json j = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return absl::DataLossError("not a JSON object");
+  Unsealed out;
+  const auto text = [&](const char* name, std::string& into) {
+    const auto it = j.find(name);
+    if (it == j.end() || !it->is_string()) return false;
+    into = it->get_ref<const std::string&>();
+    return true;
+  };
+  const auto user = j.find("user_id");
+  if (!text("spool_id", out.spool_id) || out.spool_id.empty() ||
+      !text("event_id", out.letter.event_id) || !text("event_type", out.letter.event_type) ||
+      !text("asset", out.letter.asset) || !text("amount", out.letter.amount) ||
+      !text("reason", out.letter.reason) || !text("error", out.letter.error) ||
+      !text("trace_id", out.letter.trace_id) || user == j.end() || !user->is_number_integer()) {
+    return absl::DataLossError("a field is missing or has the wrong type");
+  }
+  out.letter.user_id = user->get<std::int64_t>();
+  return out;
 }
 
 // 128 random bits; the generator is fork-safe, so processes sharing a spool
@@ -76,19 +170,43 @@ std::string new_spool_id() {
 
 }  // namespace
 
-DeadLetterQueue::DeadLetterQueue(DeadLetterQueueOptions options) : options_(std::move(options)) {}
+DeadLetterQueue::DeadLetterQueue(DeadLetterQueueOptions options) : options_(std::move(options)) {
+  if (options_.quarantine_path.empty() && !options_.spool_path.empty()) {
+    options_.quarantine_path = options_.spool_path + ".quarantine";
+  }
+}
+
+absl::Status DeadLetterQueue::check_options() const {
+  if (options_.spool_path.empty()) return absl::OkStatus();
+  if (options_.spool_key.size() < kMinSpoolKeyLength) {
+    return absl::FailedPreconditionError(
+        fmt::format("dead-letter spool {}: spool_key must be at least {} bytes, got {}",
+                    options_.spool_path, kMinSpoolKeyLength, options_.spool_key.size()));
+  }
+  return absl::OkStatus();
+}
+
+void DeadLetterQueue::refuse_file(std::string_view path, std::string_view why) const {
+  alert_sink_or_default(options_.alerts)
+      .alert({.severity = AlertSeverity::kCritical,
+              .key = fmt::format("dead_letter_spool_refused:{}", path),
+              .message = fmt::format("dead-letter spool file {} refused: {}; nothing read from "
+                                     "or written to it",
+                                     internal::quoted_for_humans(path, 512), why)});
+}
 
 bool DeadLetterQueue::spool(const DeadLetter& letter) const {
-  if (options_.spool_path.empty()) return false;
+  if (options_.spool_path.empty() || !check_options().ok()) return false;
   LockedFile file(options_.spool_path);
-  const bool spooled =
-      file.ok() && file.append_durably(to_json(letter, new_spool_id()).dump() + "\n");
-  if (spooled) {
-    emit_log(options_.log, LogLevel::kWarning, "dead letter spooled; the database did not take it",
-             letter.trace_id, letter.event_id,
-             {{"reason", letter.reason}, {"spool", options_.spool_path}});
+  if (!file.ok()) {
+    refuse_file(options_.spool_path, file.error());
+    return false;
   }
-  return spooled;
+  if (!file.append_durably(sealed_line(letter, new_spool_id(), options_.spool_key))) return false;
+  emit_log(options_.log, LogLevel::kWarning, "dead letter spooled; the database did not take it",
+           letter.trace_id, letter.event_id,
+           {{"reason", letter.reason}, {"spool", options_.spool_path}});
+  return true;
 }
 
 DeadLetterQueue::Destination DeadLetterQueue::record(Connection& conn,
@@ -98,9 +216,11 @@ DeadLetterQueue::Destination DeadLetterQueue::record(Connection& conn,
   if (spool(letter)) return Destination::kSpool;
   // Last resort: the whole record in a line an operator can restore from.
   AlertSink& sink = alert_sink_or_default(options_.alerts);
-  const std::string message =
-      fmt::format("dead letter lost by table ({}) and spool {}: {}", in_table.message(),
-                  options_.spool_path, to_json(letter, "").dump());
+  std::string record = sealed_line(letter, "", "");
+  record.erase(0, kSealLength + 1);
+  record.pop_back();
+  const std::string message = fmt::format("dead letter lost by table ({}) and spool {}: {}",
+                                          in_table.message(), options_.spool_path, record);
   const std::string key = "dead_letter_unwritable:" + letter.event_id;
   sink.alert({.severity = AlertSeverity::kCritical, .key = key, .message = message});
   return Destination::kAlertOnly;
@@ -108,45 +228,94 @@ DeadLetterQueue::Destination DeadLetterQueue::record(Connection& conn,
 
 absl::StatusOr<int> DeadLetterQueue::drain_spool(Connection& conn) const {
   if (options_.spool_path.empty()) return 0;
+  if (absl::Status s = check_options(); !s.ok()) return s;
   LockedFile file(options_.spool_path);
+  if (!file.ok()) {
+    refuse_file(options_.spool_path, file.error());
+    return absl::FailedPreconditionError(
+        fmt::format("dead-letter spool {} refused: {}", options_.spool_path, file.error()));
+  }
+  if (const std::int64_t size = file.size(); size < 0 || size > options_.max_spool_bytes) {
+    const std::string why =
+        fmt::format("it is {} bytes, above the {}-byte limit", size, options_.max_spool_bytes);
+    refuse_file(options_.spool_path, why);
+    return absl::ResourceExhaustedError(
+        fmt::format("dead-letter spool {} not read: {}", options_.spool_path, why));
+  }
   std::string content;
-  if (!file.ok() || !file.read_all(content)) {
+  if (!file.read_all(content)) {
     return absl::UnavailableError(
         fmt::format("cannot read the dead-letter spool {}", options_.spool_path));
   }
   if (content.empty()) return 0;
-  absl::StatusOr<Transaction> tx = Transaction::begin(conn);
-  if (!tx.ok()) return tx.status();
-  int moved = 0;
+  // Every line is either a letter (sealed by our key, well-typed) or goes to
+  // the quarantine file; one bad line never holds back the others.
+  std::vector<Unsealed> letters;
+  std::string quarantined;
+  int quarantined_lines = 0;
+  std::string first_reason;
   for (std::size_t start = 0, end; start < content.size(); start = end + 1) {
     end = content.find('\n', start);
-    if (end == std::string::npos) end = content.size();  // a torn last line: keep what parses
-    const nlohmann::json j =
-        nlohmann::json::parse(content.substr(start, end - start), nullptr, false);
-    if (j.is_discarded() || !j.is_object()) continue;
-    const DeadLetter l{.event_id = j.value("event_id", ""),
-                       .event_type = j.value("event_type", ""),
-                       .user_id = j.value("user_id", std::int64_t{0}),
-                       .asset = j.value("asset", ""),
-                       .amount = j.value("amount", ""),
-                       .reason = j.value("reason", ""),
-                       .error = j.value("error", ""),
-                       .trace_id = j.value("trace_id", "")};
-    if (absl::Status s = append_dead_letter(conn, options_.schema, l, j.value("spool_id", ""));
-        !s.ok()) {
-      return s;
+    if (end == std::string::npos) end = content.size();  // torn by a crash mid-append
+    const std::string_view line = std::string_view(content).substr(start, end - start);
+    if (line.empty()) continue;
+    absl::StatusOr<Unsealed> u = unseal(line, options_.spool_key);
+    if (u.ok()) {
+      letters.push_back(*std::move(u));
+      continue;
     }
-    ++moved;
+    if (first_reason.empty()) first_reason = std::string(u.status().message());
+    ++quarantined_lines;
+    quarantined += internal::JsonLine()
+                       .add("quarantined_at", absl::FormatTime(absl::Now()))
+                       .add("spool", options_.spool_path)
+                       .add("reason", std::string(u.status().message()))
+                       .add("line", line)
+                       .finish();
   }
-  if (absl::Status s = tx->commit(); !s.ok()) return s;
+  if (quarantined_lines > 0) {
+    LockedFile quarantine(options_.quarantine_path);
+    if (!quarantine.ok()) refuse_file(options_.quarantine_path, quarantine.error());
+    if (!quarantine.ok() || !quarantine.append_durably(std::move(quarantined))) {
+      return absl::UnavailableError(fmt::format(
+          "dead-letter spool {}: {} line(s) failed their check and the quarantine file {} "
+          "cannot take them; nothing drained",
+          options_.spool_path, quarantined_lines, options_.quarantine_path));
+    }
+  }
+  if (!letters.empty()) {
+    absl::StatusOr<Transaction> tx = Transaction::begin(conn);
+    if (!tx.ok()) return tx.status();
+    for (const Unsealed& u : letters) {
+      if (absl::Status s = append_dead_letter(conn, options_.schema, u.letter, u.spool_id);
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (absl::Status s = tx->commit(); !s.ok()) return s;
+  }
   // Committed: a crash before this truncation only means the next drain finds
-  // the same spool ids and inserts nothing.
+  // the same spool ids and inserts nothing (and quarantines the same lines
+  // again: the quarantine is for reading, not counting).
   if (!file.truncate_durably()) {
     return absl::UnavailableError(
-        fmt::format("drained {} but could not truncate {}", moved, options_.spool_path));
+        fmt::format("drained {} but could not truncate {}", letters.size(), options_.spool_path));
   }
+  if (quarantined_lines > 0) {
+    alert_sink_or_default(options_.alerts)
+        .alert({.severity = AlertSeverity::kCritical,
+                .key = fmt::format("dead_letter_spool_quarantined:{}", options_.spool_path),
+                .message = fmt::format(
+                    "{} dead-letter spool line(s) failed their check ({}{}) and were moved to "
+                    "{}, not to the table; {} other(s) drained. Read them before trusting them.",
+                    quarantined_lines, first_reason, quarantined_lines > 1 ? ", ..." : "",
+                    options_.quarantine_path, letters.size())});
+  }
+  const int moved = static_cast<int>(letters.size());
   emit_log(options_.log, LogLevel::kInfo, "dead-letter spool drained into the table", "", "",
-           {{"records", std::int64_t{moved}}, {"spool", options_.spool_path}});
+           {{"records", std::int64_t{moved}},
+            {"quarantined", std::int64_t{quarantined_lines}},
+            {"spool", options_.spool_path}});
   return moved;
 }
 

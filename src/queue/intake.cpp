@@ -1,9 +1,6 @@
 #include "idemledger/queue/intake.hpp"
 
 #include <fmt/format.h>
-#include <openssl/core_names.h>
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
 
 #include <array>
 #include <charconv>
@@ -12,6 +9,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "idemledger/core/connection.hpp"
 #include "idemledger/core/status.hpp"
 #include "idemledger/ledger/asset.hpp"
@@ -20,43 +18,10 @@
 #include "src/core/internal/text.hpp"
 #include "src/ledger/internal/contract.hpp"
 #include "src/ledger/internal/sqlstates.hpp"
+#include "src/queue/internal/hmac.hpp"
 
 namespace idemledger {
 namespace {
-
-using Digest = std::array<unsigned char, 32>;
-
-struct MacDeleter {
-  void operator()(EVP_MAC* m) const { EVP_MAC_free(m); }
-};
-struct MacCtxDeleter {
-  void operator()(EVP_MAC_CTX* c) const { EVP_MAC_CTX_free(c); }
-};
-
-// HMAC-SHA256 over the concatenation of `parts`, streamed (no copy of the body).
-Digest hmac_sha256(std::string_view key, std::initializer_list<std::string_view> parts) {
-  static const std::unique_ptr<EVP_MAC, MacDeleter> mac(EVP_MAC_fetch(nullptr, "HMAC", nullptr));
-  std::unique_ptr<EVP_MAC_CTX, MacCtxDeleter> ctx(EVP_MAC_CTX_new(mac.get()));
-  char digest_name[] = "SHA256";
-  const OSSL_PARAM params[] = {
-      OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest_name, 0),
-      OSSL_PARAM_construct_end()};
-  Digest out{};
-  std::size_t length = 0;
-  EVP_MAC_init(ctx.get(), reinterpret_cast<const unsigned char*>(key.data()), key.size(), params);
-  for (std::string_view part : parts) {
-    EVP_MAC_update(ctx.get(), reinterpret_cast<const unsigned char*>(part.data()), part.size());
-  }
-  EVP_MAC_final(ctx.get(), out.data(), &length, out.size());
-  return out;
-}
-
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
 
 absl::Status unauthenticated(std::string_view rule) {
   return absl::UnauthenticatedError(fmt::format("webhook signature: {}", rule));
@@ -131,8 +96,9 @@ absl::StatusOr<WebhookVerifier> WebhookVerifier::create(std::string secret,
 }
 
 std::string WebhookVerifier::sign(std::string_view raw_body, std::string_view timestamp) const {
-  const Digest d = timestamp.empty() ? hmac_sha256(secret_, {raw_body})
-                                     : hmac_sha256(secret_, {timestamp, ".", raw_body});
+  const internal::Digest d = timestamp.empty()
+                                 ? internal::hmac_sha256(secret_, {raw_body})
+                                 : internal::hmac_sha256(secret_, {timestamp, ".", raw_body});
   return internal::to_hex(d);
 }
 
@@ -140,15 +106,9 @@ absl::Status WebhookVerifier::verify(std::string_view raw_body, std::string_view
                                      std::string_view timestamp, absl::Time now) const {
   if (signature.starts_with("sha256=")) signature.remove_prefix(7);
   if (signature.empty()) return unauthenticated("missing");
-  Digest claimed{};
-  if (signature.size() != 2 * claimed.size())
-    return unauthenticated("must be 64 hex digits of HMAC-SHA256");
-  for (std::size_t i = 0; i < claimed.size(); ++i) {
-    const int hi = hex_value(signature[2 * i]), lo = hex_value(signature[2 * i + 1]);
-    if (hi < 0 || lo < 0) return unauthenticated("must be 64 hex digits of HMAC-SHA256");
-    claimed[i] = static_cast<unsigned char>(hi << 4 | lo);
-  }
-  Digest expected{};
+  const std::optional<internal::Digest> claimed = internal::parse_hex_digest(signature);
+  if (!claimed) return unauthenticated("must be 64 hex digits of HMAC-SHA256");
+  internal::Digest expected{};
   if (tolerance_ > absl::ZeroDuration()) {
     std::int64_t seconds = 0;
     const auto [end, ec] =
@@ -161,13 +121,11 @@ absl::Status WebhookVerifier::verify(std::string_view raw_body, std::string_view
           fmt::format("timestamp outside the {} tolerance window (replayed capture?)",
                       absl::FormatDuration(tolerance_)));
     }
-    expected = hmac_sha256(secret_, {timestamp, ".", raw_body});
+    expected = internal::hmac_sha256(secret_, {timestamp, ".", raw_body});
   } else {
-    expected = hmac_sha256(secret_, {raw_body});
+    expected = internal::hmac_sha256(secret_, {raw_body});
   }
-  // Constant time: how much of the signature matched must not leak.
-  if (CRYPTO_memcmp(expected.data(), claimed.data(), expected.size()) != 0)
-    return unauthenticated("mismatch");
+  if (!internal::digests_equal(expected, *claimed)) return unauthenticated("mismatch");
   return absl::OkStatus();
 }
 
@@ -267,7 +225,9 @@ absl::StatusOr<WebhookEvent> parse_webhook(std::string_view raw_body) {
       if (!hash->is_string() || !internal::is_tx_hash(hash->get_ref<const std::string&>())) {
         return bad_payload("\"tx_hash\" must be a string of 0x and 64 hex digits");
       }
-      event.tx_hash = hash->get<std::string>();
+      // One spelling per transaction: the finality cache, the compensation
+      // key ("reorg:<tx_hash>") and the relay's join all compare text.
+      event.tx_hash = absl::AsciiStrToLower(hash->get_ref<const std::string&>());
     }
     return event;
   }

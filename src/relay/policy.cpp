@@ -79,7 +79,9 @@ RelevanceCheck ledger_relevance(const Schema& schema) {
   std::string sql = schema.qualify(
       R"sql(SELECT e.status,
                    EXISTS (SELECT 1 FROM {schema}.payment_events r
-                            WHERE e.tx_hash IS NOT NULL AND r.event_id = 'reorg:' || e.tx_hash
+                            WHERE e.tx_hash IS NOT NULL
+                              AND r.event_id IN ('reorg:' || e.tx_hash,
+                                                 'reorg:' || lower(e.tx_hash))
                               AND r.status = 'confirmed'),
                    h.state
               FROM (SELECT ($1::jsonb)->>'event_id' AS id) m

@@ -51,6 +51,7 @@ pg_start() {
 
 export IDEMLEDGER_SCHEMA=$schema
 export IDEMLEDGER_WEBHOOK_SECRET=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
+export IDEMLEDGER_DLQ_SPOOL_KEY=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
 export IDEMLEDGER_DSN="$IDEMLEDGER_TEST_DSN"
 started=$(date +%s)
 "$bin/provider_simulator/provider_simulator" setup >/dev/null

@@ -282,6 +282,33 @@ TEST_F(Ledger_, Compensation_WithFunds_ReversesOnceUnderItsOwnKey) {
   expect_reconciled();
 }
 
+TEST_F(Ledger_, Compensation_AnySpellingOfAHashIsOneCompensation) {
+  open_account(1, "100");
+  const std::string lower = "0x" + std::string(60, 'a') + "beef";
+  const std::string mixed = "0x" + std::string(60, 'A') + "BeEf";
+  EXPECT_EQ(*ledger_->process_compensation(*conn_, mixed, 1, *Amount::parse("5")),
+            Outcome::kApplied);
+  EXPECT_EQ(*ledger_->process_compensation(*conn_, lower, 1, *Amount::parse("5")),
+            Outcome::kAlreadyApplied);
+  EXPECT_EQ(*ledger_->process_compensation(*conn_, mixed, 1, *Amount::parse("5")),
+            Outcome::kAlreadyApplied);
+  EXPECT_EQ(balance(1), "95");
+  EXPECT_EQ(status_of("reorg:" + lower), "confirmed");
+
+  // One recorded before hashes were keyed in lower case keeps its key: its
+  // retry after the upgrade is the same compensation, not a second debit.
+  const std::string legacy = "0x" + std::string(60, 'C') + "0DE1";
+  const PaymentEvent old{.event_id = "reorg:" + legacy,
+                         .type = EventType::kReorgCompensation,
+                         .user_id = 1,
+                         .amount = *Amount::parse("7")};
+  ASSERT_EQ(*ledger_->process_event(*conn_, old), Outcome::kApplied);
+  EXPECT_EQ(*ledger_->process_compensation(*conn_, legacy, 1, *Amount::parse("7")),
+            Outcome::kAlreadyApplied);
+  EXPECT_EQ(balance(1), "88");
+  expect_reconciled();
+}
+
 TEST_F(Ledger_, Compensation_WithoutFunds_FailsLoudlyNeverNegative) {
   open_account(1, "0");
   ASSERT_EQ(*ledger_->process_deposit(*conn_, event("0xabc", EventType::kDeposit, 1, "50")),

@@ -70,7 +70,8 @@ TEST_F(ServerRestart, PoolReconnectsAndRetriedDepositAppliesOnce) {
 TEST_F(ServerRestart, DatabaseStoppedDuringDeadLetterWrite_SpooledThenDrainedOnce) {
   const std::string spool = ::testing::TempDir() + "/restart_" + schema_name_ + ".spool";
   std::remove(spool.c_str());
-  DeadLetterQueue dlq({.schema = schema_, .spool_path = spool, .alerts = &alerts_});
+  DeadLetterQueue dlq(
+      {.schema = schema_, .spool_path = spool, .spool_key = kTestSpoolKey, .alerts = &alerts_});
   const DeadLetter letter{.event_id = "e1",
                           .event_type = "deposit",
                           .user_id = 1,

@@ -233,7 +233,8 @@ TEST_F(DispatcherTest, SessionLostMidProcess_FailureSpooledAndEventRecovered) {
   record_pending(1, "3");
   const std::string spool = ::testing::TempDir() + "/dispatch_" + schema_name_ + ".spool";
   std::remove(spool.c_str());
-  DeadLetterQueue dlq({.schema = schema_, .spool_path = spool, .alerts = &alerts_});
+  DeadLetterQueue dlq(
+      {.schema = schema_, .spool_path = spool, .spool_key = kTestSpoolKey, .alerts = &alerts_});
   Dispatcher d(*ledger_,
                dispatch_options({.lease = absl::Milliseconds(100), .dead_letters = &dlq}));
   std::unique_ptr<pg::Connection> worker = connect();

@@ -96,7 +96,8 @@ TEST_F(HttpIntake, AnswersEveryStatusCodeByTheRule) {
   EXPECT_EQ(r->status, 409);
   EXPECT_NE(r->body.find("conflicting replay"), std::string::npos) << r->body;
 
-  r = c.Get("/healthz");
+  r = httplib::Client("127.0.0.1", intake.admin_port()).Get("/healthz");
+  ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events"), 1)
       << "nothing written for a rejected request";
@@ -171,7 +172,7 @@ TEST_F(HttpIntake, MetricsFollowTheEventsThroughIntakeAndWorker) {
     EXPECT_TRUE(parsed.ok()) << parsed.status();
     return parsed.ok() ? *parsed : PrometheusSamples{};
   };
-  PrometheusSamples s = scrape(intake.port());
+  PrometheusSamples s = scrape(intake.admin_port());
   EXPECT_EQ(s["idemledger_webhook_requests_total{status=\"200\",result=\"accepted\"}"], "20");
   EXPECT_EQ(s["idemledger_webhook_requests_total{status=\"200\",result=\"duplicate\"}"], "5");
   EXPECT_EQ(s["idemledger_webhook_requests_total{status=\"401\",result=\"refused\"}"], "1");
@@ -182,7 +183,8 @@ TEST_F(HttpIntake, MetricsFollowTheEventsThroughIntakeAndWorker) {
       IDEMLEDGER_OUTBOX_WORKER_BINARY, schema_,
       {{"IDEMLEDGER_METRICS_PORT", "0"},
        {"IDEMLEDGER_POLL_MS", "20"},
-       {"IDEMLEDGER_DLQ_SPOOL", ::testing::TempDir() + "/" + schema_name_ + ".spool"}},
+       {"IDEMLEDGER_DLQ_SPOOL", ::testing::TempDir() + "/" + schema_name_ + ".spool"},
+       {"IDEMLEDGER_DLQ_SPOOL_KEY", std::string(32, 'k')}},
       "metrics listening");
   ASSERT_GT(worker.port(), 0);
   // Counters move just after each commit, so wait on the scrape itself.
@@ -241,7 +243,8 @@ TEST_F(HttpIntake, AssetsAndWithdrawalStepsThroughIntakeAndWorker) {
   ServiceProcess worker(
       IDEMLEDGER_OUTBOX_WORKER_BINARY, schema_,
       {{"IDEMLEDGER_POLL_MS", "20"},
-       {"IDEMLEDGER_DLQ_SPOOL", ::testing::TempDir() + "/" + schema_name_ + ".spool"}},
+       {"IDEMLEDGER_DLQ_SPOOL", ::testing::TempDir() + "/" + schema_name_ + ".spool"},
+       {"IDEMLEDGER_DLQ_SPOOL_KEY", std::string(32, 'k')}},
       "worker started");
   const auto wait_for = [&](const std::string& sql, const std::string& want) {
     const absl::Time deadline = absl::Now() + absl::Seconds(20);

@@ -68,7 +68,10 @@ class ServiceProcess {
     while (!ready && std::fgets(line, sizeof line, logs) != nullptr) {
       const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
       ready = !j.is_discarded() && j.value("msg", "") == listening_msg;
-      if (ready) port_ = j.value("port", 0);
+      if (ready) {
+        port_ = j.value("port", 0);
+        admin_port_ = j.value("admin_port", 0);
+      }
     }
     // Keep draining its logs so it never blocks on a full pipe.
     drain_ = std::thread([logs] {
@@ -83,6 +86,9 @@ class ServiceProcess {
     drain_.join();
   }
   int port() const { return port_; }
+  // The admin listener's port, if the service logged one ("admin_port").
+  int admin_port() const { return admin_port_; }
+  pid_t pid() const { return pid_; }
   // SIGTERM, then the exit code (0 = drained and stopped cleanly).
   int stop() {
     kill(pid_, SIGTERM);
@@ -95,6 +101,7 @@ class ServiceProcess {
  private:
   pid_t pid_ = -1;
   int port_ = 0;
+  int admin_port_ = 0;
   int exit_code_ = -1;
   std::thread drain_;
 };

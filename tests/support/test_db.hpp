@@ -113,6 +113,9 @@ class LedgerTest : public ::testing::Test {
 // A unique schema name for one test: "t_<pid>_<n>_<random>".
 Schema unique_schema();
 
+// The dead-letter spool key tests seal with (queue/dlq.hpp wants >= 32 bytes).
+inline const std::string kTestSpoolKey(32, 'k');
+
 // Runs `work(i)` in `n` forked children, all released at once by a barrier;
 // returns each child's exit code (work's return value, 0..255) by index.
 std::vector<int> run_forked(int n, const std::function<int(int)>& work);

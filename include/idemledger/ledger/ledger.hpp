@@ -174,7 +174,9 @@ class Ledger {
   // process_compensation()
   //
   // Reverses a credit whose transaction a chain reorg removed: a negative
-  // entry under its own key ("reorg:<tx_hash>", reorg_compensation). If the
+  // entry under its own key ("reorg:<tx_hash>", reorg_compensation; a hash
+  // of 0x + 64 hex digits is keyed in lower case, so any spelling of one
+  // transaction is one compensation). If the
   // funds are already gone it never drives the balance negative: it answers
   // kFailedPrecondition, writes a dead_letter_queue row and raises a critical
   // alert, and can be retried once funds arrive.

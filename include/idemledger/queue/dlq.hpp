@@ -4,17 +4,32 @@
 // event id). Most dead letters are written by the database itself, in the
 // same transaction that fails the event (dispatcher.hpp). This is the path for
 // the moment the database cannot take one: the record is appended to a local
-// spool file (one JSON line, fsync'd) and drained back into the table when
-// the database returns; if even the spool fails, a critical alert carries the
-// whole record, so an operator can still restore it.
+// spool file (one sealed JSON line, fsync'd) and drained back into the table
+// when the database returns; if even the spool fails, a critical alert carries
+// the whole record, so an operator can still restore it.
 //
-//   DeadLetterQueue dlq({.schema = "idemledger", .spool_path = "/var/lib/app/dlq.spool"});
+//   DeadLetterQueue dlq({.schema = "idemledger", .spool_path = "/var/lib/app/dlq.spool",
+//                        .spool_key = key_from_config});   // >= 32 bytes
+//   if (absl::Status s = dlq.check_options(); !s.ok()) exit_with(s);  // at startup
 //   dlq.record(conn, letter);           // kTable, kSpool or kAlertOnly
 //   absl::StatusOr<int> n = dlq.drain_spool(conn);   // on start-up and periodically
 //
-// Guarantee: a record written to the spool reaches the table exactly once
-// (each carries a unique spool id; the table has a unique index on it), even
-// if the process dies between the drain's commit and the spool's truncation.
+// Guarantees:
+// - A record written to the spool reaches the table exactly once (each
+//   carries a unique spool id; the table has a unique index on it), even if
+//   the process dies between the drain's commit and the spool's truncation.
+// - Nothing but a letter this library spooled becomes a dead letter (which an
+//   operator may replay into money): every line is sealed with HMAC-SHA256
+//   under `spool_key`, and the drain moves only lines whose seal matches and
+//   whose fields all have their types. Any other line — forged, altered, torn
+//   by a crash, another key's — goes to the quarantine file with a critical
+//   alert, and the lines after it are still drained.
+// - The spool and quarantine files are used only if they are regular files
+//   (never followed through a symbolic link), owned by this process's user,
+//   with one name and mode 0600; created 0600. Anything else is refused with
+//   a critical alert: nothing read, nothing truncated, nothing appended.
+// - A spool above `max_spool_bytes` is not read (alert; kResourceExhausted).
+// - No exception escapes: malformed input is a status or a quarantined line.
 // Replaying or discarding a dead letter is an operator action, never automatic.
 //
 // DeadLetterQueue is thread-safe; several processes may share one spool file
@@ -41,9 +56,20 @@ namespace idemledger {
 
 class Connection;
 
+// The shortest spool key accepted, in bytes.
+inline constexpr std::size_t kMinSpoolKeyLength = 32;
+// A spool line longer than this is quarantined unread.
+inline constexpr std::size_t kMaxSpoolLineLength = 1 << 20;
+
 struct DeadLetterQueueOptions {
   Schema schema = kDefaultSchema;
-  std::string spool_path;       // a local file; its directory must exist
+  std::string spool_path;  // a local file; its directory must exist; "" for no spool
+  // Seals each spool line; required (>= kMinSpoolKeyLength bytes) with a
+  // spool. Without one nothing is spooled (record() alerts with the whole
+  // letter) and drain_spool() is kFailedPrecondition.
+  std::string spool_key;
+  std::string quarantine_path;  // "" means spool_path + ".quarantine"
+  std::int64_t max_spool_bytes = std::int64_t{64} << 20;
   AlertSink* alerts = nullptr;  // nullptr means stderr_alert_sink()
   LogSink* log = nullptr;       // spooling and draining; nullptr logs nothing
 };
@@ -53,6 +79,10 @@ class DeadLetterQueue {
   explicit DeadLetterQueue(DeadLetterQueueOptions options);
 
   enum class Destination { kTable, kSpool, kAlertOnly };
+
+  // check_options(): OK, or kFailedPrecondition naming what the options lack
+  // (a spool without a long enough key). For a service's startup check.
+  [[nodiscard]] absl::Status check_options() const;
 
   // record()
   //
@@ -68,8 +98,12 @@ class DeadLetterQueue {
 
   // drain_spool()
   //
-  // Inserts every spooled record into the table in one transaction, then
-  // empties the spool. Returns how many records were moved (0 if none).
+  // Inserts every sealed, well-typed spooled record into the table in one
+  // transaction, appends every other line to the quarantine file (alert),
+  // then empties the spool. Returns how many records were moved (0 if none).
+  // kFailedPrecondition: the spool file was refused (alerted) or no key;
+  // kResourceExhausted: above max_spool_bytes; kUnavailable: I/O, or the
+  // quarantine file could not take a bad line (then nothing is drained).
   [[nodiscard]] absl::StatusOr<int> drain_spool(Connection& conn) const;
 
   // What an operator decided about one dead letter, and what came of it.
@@ -123,6 +157,8 @@ class DeadLetterQueue {
                                                      std::string_view actor) const;
 
  private:
+  void refuse_file(std::string_view path, std::string_view why) const;
+
   DeadLetterQueueOptions options_;
 };
 

@@ -1,0 +1,331 @@
+// The real webhook_intake, attacked on loopback as someone without the secret
+// would: bodies it must not read, headers it must not keep, clients too slow
+// or too many, floods that must not spend the provider's budget, and bodies
+// that must not learn anything. Each attack is bounded in bytes and time;
+// each asserts the answer, the server's memory and the database.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "idemledger/queue/intake.hpp"
+#include "tests/support/service_process.hpp"
+#include "tests/support/test_db.hpp"
+
+namespace idemledger::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using Clock = std::chrono::steady_clock;
+
+const std::string kSecret(40, 's');
+
+// A TCP connection to 127.0.0.1 that sends raw bytes and reads raw answers.
+class Raw {
+ public:
+  explicit Raw(int port) : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = fd_ >= 0 && ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  }
+  ~Raw() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Raw(const Raw&) = delete;
+  Raw& operator=(const Raw&) = delete;
+  bool connected() const { return connected_; }
+
+  // False once the server has closed (or reset) the connection.
+  bool send(std::string_view bytes) {
+    while (!bytes.empty()) {
+      const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      bytes.remove_prefix(static_cast<std::size_t>(n));
+    }
+    return true;
+  }
+  // Whatever arrives within `wait` (up to the server closing), at most 64 KiB.
+  std::string read(std::chrono::milliseconds wait) {
+    std::string out;
+    const auto deadline = Clock::now() + wait;
+    while (out.size() < 65536) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) break;
+      pollfd p{.fd = fd_, .events = POLLIN, .revents = 0};
+      if (::poll(&p, 1, static_cast<int>(left)) <= 0) break;
+      char buf[4096];
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      out.append(buf, static_cast<std::size_t>(n));
+      if (out.find("\r\n\r\n") != std::string::npos && complete(out)) break;
+    }
+    return out;
+  }
+  // "HTTP/1.1 NNN" -> NNN, or 0 if there was no answer.
+  static int status(const std::string& answer) {
+    return answer.rfind("HTTP/1.1 ", 0) == 0 ? std::atoi(answer.c_str() + 9) : 0;
+  }
+
+ private:
+  static bool complete(const std::string& answer) {
+    const std::size_t end = answer.find("\r\n\r\n");
+    const std::size_t at = answer.find("Content-Length: ");
+    if (at == std::string::npos || at > end) return true;
+    return answer.size() >= end + 4 + std::stoul(answer.substr(at + 16));
+  }
+  int fd_;
+  bool connected_ = false;
+};
+
+long rss_kib(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return -1;
+}
+
+class IntakeAttacks : public LedgerTest {
+ protected:
+  void SetUp() override {
+    LedgerTest::SetUp();
+    open_account(1, "0");
+    exec("INSERT INTO {schema}.deposit_addresses VALUES ('0xaaa', 1)");
+    // Thousands of sockets on each side (the child inherits the limit).
+    rlimit r{};
+    ::getrlimit(RLIMIT_NOFILE, &r);
+    r.rlim_cur = std::min<rlim_t>(r.rlim_max, 8192);
+    ::setrlimit(RLIMIT_NOFILE, &r);
+  }
+  std::unique_ptr<ServiceProcess> intake(
+      std::vector<std::pair<std::string, std::string>> env = {}) {
+    env.insert(env.begin(), {{"IDEMLEDGER_WEBHOOK_SECRET", kSecret},
+                             {"IDEMLEDGER_LISTEN_PORT", "0"},
+                             {"IDEMLEDGER_RATE_LIMIT_RPS", "100000"}});
+    auto p = std::make_unique<ServiceProcess>(IDEMLEDGER_WEBHOOK_INTAKE_BINARY, schema_, env,
+                                              "listening");
+    EXPECT_GT(p->port(), 0);
+    EXPECT_GT(p->admin_port(), 0);
+    return p;
+  }
+  static std::string deposit(const std::string& id, const std::string& amount = "5") {
+    return R"({"event_id":")" + id + R"(","event_type":"deposit","amount":")" + amount +
+           R"(","to_address":"0xaaa"})";
+  }
+  static std::string signed_post(const std::string& body, bool sign = true) {
+    const std::string signature = sign ? WebhookVerifier::create(kSecret)->sign(body) : "00";
+    return "POST /webhooks/payments HTTP/1.1\r\nHost: x\r\nX-Signature: " + signature +
+           "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+           "\r\n\r\n" + body;
+  }
+  // One request on a fresh connection; the whole answer.
+  static std::string ask(int port, const std::string& request,
+                         std::chrono::milliseconds wait = std::chrono::milliseconds(5000)) {
+    Raw c(port);
+    EXPECT_TRUE(c.connected());
+    c.send(request);
+    return c.read(wait);
+  }
+  long events() { return count("SELECT count(*) FROM {schema}.payment_events"); }
+};
+
+TEST_F(IntakeAttacks, BodiesItMustNotReadAreRefusedBeforeReading) {
+  std::unique_ptr<ServiceProcess> p = intake();
+  const long rss_before = rss_kib(p->pid());
+  const std::string head = "POST /webhooks/payments HTTP/1.1\r\nHost: x\r\nX-Signature: 00\r\n";
+
+  // A 200 MB chunked body: 411 as soon as the header is in, and the stream
+  // that follows is cut off, not read.
+  {
+    Raw c(p->port());
+    ASSERT_TRUE(c.send(head + "Transfer-Encoding: chunked\r\n\r\n"));
+    EXPECT_EQ(Raw::status(c.read(std::chrono::milliseconds(2000))), 411);
+    const std::string chunk = "100000\r\n" + std::string(0x100000, 'a') + "\r\n";
+    int sent_mb = 0;
+    while (sent_mb < 200 && c.send(chunk)) ++sent_mb;
+    EXPECT_LT(sent_mb, 200) << "the server closed the connection instead of reading it all";
+  }
+  // No length at all, a length over the cap, a compressed body.
+  EXPECT_EQ(Raw::status(ask(p->port(), head + "\r\n")), 411);
+  {
+    Raw c(p->port());
+    ASSERT_TRUE(c.send(head + "Content-Length: 200000000\r\n\r\n"));
+    EXPECT_EQ(Raw::status(c.read(std::chrono::milliseconds(2000))), 413)
+        << "answered from the header, before one body byte";
+  }
+  EXPECT_EQ(Raw::status(ask(p->port(), head + "Content-Encoding: gzip\r\nContent-Length: 10\r\n\r\n"
+                                              "0123456789")),
+            415);
+  // 16 parallel "zip bombs": refused by their header, nothing unpacked.
+  std::vector<std::thread> bombs;
+  std::atomic<int> refused{0};
+  for (int i = 0; i < 16; ++i) {
+    bombs.emplace_back([&] {
+      const std::string body(65536, '\0');
+      refused +=
+          Raw::status(ask(p->port(), head + "Content-Encoding: gzip\r\nContent-Length: " +
+                                         std::to_string(body.size()) + "\r\n\r\n" + body)) == 415;
+    });
+  }
+  for (std::thread& t : bombs) t.join();
+  EXPECT_EQ(refused.load(), 16);
+  // A NUL byte in a signed body: 400 (the JSON parser would stop at it).
+  const std::string with_nul = deposit("n1") + std::string(1, '\0') + "garbage";
+  EXPECT_EQ(Raw::status(ask(p->port(), signed_post(with_nul))), 400);
+
+  const long grown = rss_kib(p->pid()) - rss_before;
+  std::printf("body attacks: server RSS grew %ld KiB\n", grown);
+  EXPECT_LT(grown, 64 * 1024) << "KiB of RSS grown";
+  EXPECT_EQ(events(), 0) << "nothing written for a refused request";
+}
+
+TEST_F(IntakeAttacks, HeadersItMustNotKeepAre431) {
+  std::unique_ptr<ServiceProcess> p = intake();
+  const long rss_before = rss_kib(p->pid());
+  // 2,000,000 header lines, streamed: cut off at 8 KiB.
+  {
+    Raw c(p->port());
+    ASSERT_TRUE(c.send("POST /webhooks/payments HTTP/1.1\r\n"));
+    const std::string lines = [] {
+      std::string s;
+      for (int i = 0; i < 1000; ++i) s += "X-A: b\r\n";
+      return s;
+    }();
+    int sent = 0;
+    while (sent < 2000 && c.send(lines)) ++sent;
+    EXPECT_LT(sent, 2000) << "the server stopped reading";
+    EXPECT_EQ(Raw::status(c.read(std::chrono::milliseconds(2000))), 431);
+  }
+  // Few bytes, many fields.
+  std::string many = "GET /webhooks/payments HTTP/1.1\r\n";
+  for (int i = 0; i < 100; ++i) many += "X" + std::to_string(i) + ": y\r\n";
+  EXPECT_EQ(Raw::status(ask(p->port(), many + "\r\n")), 431);
+  const long grown = rss_kib(p->pid()) - rss_before;
+  std::printf("header attacks: server RSS grew %ld KiB\n", grown);
+  EXPECT_LT(grown, 64 * 1024);
+}
+
+TEST_F(IntakeAttacks, SlowAndIdleClientsCostSocketsNotTheAdminListener) {
+  std::unique_ptr<ServiceProcess> p =
+      intake({{"IDEMLEDGER_REQUEST_TIMEOUT_MS", "1500"}, {"IDEMLEDGER_MAX_CONNECTIONS", "1024"}});
+  // 2,000 idle connections (more than the server keeps: the longest idle go).
+  std::vector<std::unique_ptr<Raw>> idle;
+  for (int i = 0; i < 2000; ++i) idle.push_back(std::make_unique<Raw>(p->port()));
+  // 40 clients sending one header line every 200 ms, from two threads.
+  std::vector<std::unique_ptr<Raw>> slow;
+  for (int i = 0; i < 40; ++i) {
+    slow.push_back(std::make_unique<Raw>(p->port()));
+    slow.back()->send("POST /webhooks/payments HTTP/1.1\r\n");
+  }
+  std::atomic<bool> done{false};
+  std::thread dribble([&] {
+    while (!done) {
+      for (auto& s : slow) s->send("X-Slow: 1\r\n");
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  });
+  // The admin listener answers within 200 ms, every time.
+  std::chrono::milliseconds worst{0};
+  for (int i = 0; i < 10; ++i) {
+    const auto t0 = Clock::now();
+    const std::string answer = ask(p->admin_port(), "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+    worst =
+        std::max(worst, std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0));
+    EXPECT_EQ(Raw::status(answer), 200) << answer;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::printf("/healthz under 2,000 idle + 40 slow connections: worst of 10 %lld ms\n",
+              static_cast<long long>(worst.count()));
+  EXPECT_LT(worst.count(), 200) << "worst /healthz, ms";
+  // And a signed delivery on the main listener still goes through.
+  EXPECT_EQ(Raw::status(ask(p->port(), signed_post(deposit("during")))), 200);
+  // The slow ones get 408 once their request deadline (1.5 s) passes.
+  const std::string answer = slow.front()->read(std::chrono::milliseconds(3000));
+  done = true;
+  dribble.join();
+  EXPECT_EQ(Raw::status(answer), 408) << answer;
+  EXPECT_EQ(events(), 1);
+}
+
+TEST_F(IntakeAttacks, AnUnsignedFloodNeverSpendsTheProvidersBudget) {
+  std::unique_ptr<ServiceProcess> p = intake({{"IDEMLEDGER_RATE_LIMIT_RPS", "20"}});
+  Raw c(p->port());
+  int unauthorized = 0;
+  for (int i = 0; i < 300; ++i) {
+    c.send(signed_post(deposit("u" + std::to_string(i)), /*sign=*/false));
+    unauthorized += Raw::status(c.read(std::chrono::milliseconds(2000))) == 401;
+  }
+  EXPECT_EQ(unauthorized, 300);
+  EXPECT_EQ(Raw::status(ask(p->port(), signed_post(deposit("signed")))), 200)
+      << "the provider's delivery after the flood";
+  EXPECT_EQ(events(), 1);
+  EXPECT_EQ(scalar("SELECT event_id FROM {schema}.payment_events"), "signed");
+}
+
+TEST_F(IntakeAttacks, RefusalsTeachNothingBeyondTheRuleBroken) {
+  std::unique_ptr<ServiceProcess> p = intake();
+  ASSERT_EQ(Raw::status(ask(p->port(), signed_post(deposit("e1", "5")))), 200);
+  // Another amount under a recorded id: 409, without the recorded amount.
+  const std::string conflict = ask(p->port(), signed_post(deposit("e1", "777")));
+  EXPECT_EQ(Raw::status(conflict), 409);
+  EXPECT_THAT(conflict, HasSubstr("conflicting replay"));
+  EXPECT_THAT(conflict, ::testing::Not(HasSubstr("5.0")));
+  EXPECT_THAT(conflict, ::testing::Not(HasSubstr("SQLSTATE")));
+  // An unknown asset: 400 naming it, no SQLSTATE.
+  const std::string unknown =
+      ask(p->port(), signed_post(R"({"event_id":"e2","event_type":"deposit","amount":"5",)"
+                                 R"("to_address":"0xaaa","asset":"NOPE"})"));
+  EXPECT_EQ(Raw::status(unknown), 400);
+  EXPECT_THAT(unknown, HasSubstr("NOPE"));
+  EXPECT_THAT(unknown, ::testing::Not(HasSubstr("SQLSTATE")));
+  // A non-UTF-8 trace id is replaced, never echoed or fatal.
+  const std::string body = deposit("e3");
+  const std::string odd =
+      ask(p->port(),
+          "POST /webhooks/payments HTTP/1.1\r\nHost: x\r\nX-Request-ID: \xff\xfe\r\n"
+          "X-Signature: " +
+              WebhookVerifier::create(kSecret)->sign(body) +
+              "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+  EXPECT_EQ(Raw::status(odd), 200) << odd;
+  EXPECT_THAT(odd, ::testing::ContainsRegex("X-Request-ID: [0-9a-f]{32}"));
+  // Nothing the front door does not serve.
+  EXPECT_EQ(Raw::status(ask(p->port(), "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")), 404)
+      << "metrics only on the admin listener";
+  EXPECT_EQ(Raw::status(ask(p->port(), "garbage\r\n\r\n")), 400);
+  EXPECT_EQ(events(), 2);
+}
+
+TEST_F(IntakeAttacks, ABadConfigurationStopsItBeforeItListens) {
+  const auto exit_code = [&](const std::string& env) {
+    const std::string command = env + " IDEMLEDGER_DSN='" + test_dsn() +
+                                "' IDEMLEDGER_LISTEN_PORT=0 timeout 20 " +
+                                IDEMLEDGER_WEBHOOK_INTAKE_BINARY + " >/dev/null 2>&1";
+    const int status = std::system(command.c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  const std::string secret = "IDEMLEDGER_WEBHOOK_SECRET=" + kSecret;
+  EXPECT_EQ(exit_code(secret + " IDEMLEDGER_SCHEMA='x; DROP SCHEMA y'"), 2);
+  EXPECT_EQ(exit_code("IDEMLEDGER_WEBHOOK_SECRET=short IDEMLEDGER_SCHEMA=" + schema_name_), 2);
+  EXPECT_EQ(
+      exit_code(secret + " IDEMLEDGER_SCHEMA=" + schema_name_ + " IDEMLEDGER_ADMIN_LISTEN=nope"),
+      2);
+  EXPECT_EQ(
+      exit_code(secret + " IDEMLEDGER_SCHEMA=" + schema_name_ + " IDEMLEDGER_MAX_CONNECTIONS=abc"),
+      2);
+}
+
+}  // namespace
+}  // namespace idemledger::testing

@@ -1,0 +1,196 @@
+// The services' outbound HTTP client (examples/common/http_client.hpp: the
+// relay's delivery, the finality oracle's JSON-RPC) against servers that
+// misbehave on purpose, in this process on loopback: one that drips its
+// answer a byte at a time, one that answers 300 MB, and TLS servers whose
+// certificate is trusted, untrusted, or for another name.
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <thread>
+
+#include "examples/common/http_client.hpp"
+#include "gmock/gmock.h"
+
+namespace example {
+namespace {
+
+using ::testing::HasSubstr;
+using Clock = std::chrono::steady_clock;
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+long rss_kib() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return -1;
+}
+
+// Serves one connection on 127.0.0.1 with `serve(socket)` in a thread.
+class OneShotServer {
+ public:
+  explicit OneShotServer(std::function<void(tcp::socket&)> serve)
+      : acceptor_(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)) {
+    thread_ = std::thread([this, serve = std::move(serve)] {
+      boost::system::error_code ec;
+      tcp::socket s(io_);
+      acceptor_.accept(s, ec);
+      if (!ec) serve(s);
+    });
+  }
+  ~OneShotServer() {
+    boost::system::error_code ignored;
+    acceptor_.close(ignored);
+    thread_.join();
+  }
+  int port() const { return acceptor_.local_endpoint().port(); }
+
+ private:
+  asio::io_context io_;
+  tcp::acceptor acceptor_;
+  std::thread thread_;
+};
+
+// Reads one request's header (enough for these servers).
+void read_request(tcp::socket& s) {
+  boost::asio::streambuf b;
+  boost::system::error_code ec;
+  asio::read_until(s, b, "\r\n\r\n", ec);
+}
+
+TEST(OutboundClient, ADripFeedingServerCannotStretchACallPastItsDeadline) {
+  OneShotServer server([](tcp::socket& s) {
+    read_request(s);
+    const std::string answer = "HTTP/1.1 200 OK\r\nContent-Length: 20\r\n\r\n01234567890123456789";
+    for (char c : answer) {  // one byte every 0.4 s: 60 bytes would take 24 s
+      boost::system::error_code ec;
+      asio::write(s, asio::buffer(&c, 1), ec);
+      if (ec) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    }
+  });
+  HttpCaller caller(Url("http://127.0.0.1:" + std::to_string(server.port()) + "/notify"),
+                    std::chrono::milliseconds(500));
+  const auto t0 = Clock::now();
+  const absl::StatusOr<HttpAnswer> r = caller.post("{}", {});
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
+  EXPECT_LT(took.count(), 1000) << "the whole call, in ms";
+  EXPECT_TRUE(absl::IsDeadlineExceeded(classify_http(r))) << "retryable, as the contract says";
+}
+
+TEST(OutboundClient, AHugeAnswerIsCutAtTheCapWhileItIsRead) {
+  OneShotServer server([](tcp::socket& s) {
+    read_request(s);
+    boost::system::error_code ec;
+    asio::write(
+        s, asio::buffer(std::string("HTTP/1.1 200 OK\r\nContent-Length: 314572800\r\n\r\n")), ec);
+    const std::string mb(1 << 20, 'x');
+    for (int i = 0; i < 300 && !ec; ++i) asio::write(s, asio::buffer(mb), ec);
+  });
+  const long before = rss_kib();
+  HttpCaller caller(Url("http://127.0.0.1:" + std::to_string(server.port()) + "/rpc"),
+                    std::chrono::milliseconds(5000));
+  const absl::StatusOr<HttpAnswer> r = caller.post("{}", {});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+  EXPECT_THAT(r.status().message(), HasSubstr("answer over 1048576 bytes"));
+  EXPECT_LT(rss_kib() - before, 64 * 1024) << "KiB grown reading a 300 MB answer";
+}
+
+TEST(OutboundClient, AnAnswerWithinTheLimitsComesBackWhole) {
+  OneShotServer server([](tcp::socket& s) {
+    read_request(s);
+    boost::system::error_code ec;
+    asio::write(s, asio::buffer(std::string("HTTP/1.1 503 Busy\r\nContent-Length: 2\r\n\r\nno")),
+                ec);
+  });
+  HttpCaller caller(Url("http://127.0.0.1:" + std::to_string(server.port()) + "/"),
+                    std::chrono::milliseconds(2000));
+  const absl::StatusOr<HttpAnswer> r = caller.post("{}", {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, 503);
+  EXPECT_EQ(r->body, "no");
+  EXPECT_TRUE(absl::IsUnavailable(classify_http(r)));
+}
+
+// A self-signed certificate for `names` (SAN entries), made by the openssl CLI.
+struct TestCert {
+  std::string cert, key;
+  TestCert(const std::string& stem, const std::string& names) {
+    cert = ::testing::TempDir() + "/" + stem + ".crt";
+    key = ::testing::TempDir() + "/" + stem + ".key";
+    const std::string cmd =
+        "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=test -addext "
+        "subjectAltName=" +
+        names + " -keyout " + key + " -out " + cert + " >/dev/null 2>&1";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  }
+};
+
+// Serves one TLS connection: answers 200 "secure" to one request.
+class TlsServer {
+ public:
+  explicit TlsServer(const TestCert& c) : tls_(asio::ssl::context::tls_server) {
+    tls_.use_certificate_chain_file(c.cert);
+    tls_.use_private_key_file(c.key, asio::ssl::context::pem);
+    server_.emplace([this](tcp::socket& s) {
+      asio::ssl::stream<tcp::socket&> stream(s, tls_);
+      boost::system::error_code ec;
+      stream.handshake(asio::ssl::stream_base::server, ec);
+      if (ec) return;  // the client refused us
+      boost::asio::streambuf b;
+      asio::read_until(stream, b, "\r\n\r\n", ec);
+      asio::write(stream,
+                  asio::buffer(std::string("HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecure")),
+                  ec);
+      stream.shutdown(ec);
+    });
+  }
+  int port() const { return server_->port(); }
+
+ private:
+  asio::ssl::context tls_;
+  std::optional<OneShotServer> server_;
+};
+
+TEST(OutboundClient, HttpsVerifiesTheCertificateAndTheName) {
+  const TestCert good("client_good", "IP:127.0.0.1,DNS:localhost");
+  const TestCert other("client_other", "DNS:other.example");
+  // Trusted (our test CA is the certificate itself) and for this name: 200.
+  ASSERT_EQ(::setenv("SSL_CERT_FILE", good.cert.c_str(), 1), 0);
+  {
+    TlsServer server(good);
+    HttpCaller caller(Url("https://localhost:" + std::to_string(server.port()) + "/"),
+                      std::chrono::milliseconds(3000));
+    const absl::StatusOr<HttpAnswer> r = caller.post("{}", {});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(r->body, "secure");
+  }
+  // Trusted, but issued for another name: refused.
+  ASSERT_EQ(::setenv("SSL_CERT_FILE", other.cert.c_str(), 1), 0);
+  {
+    TlsServer server(other);
+    HttpCaller caller(Url("https://127.0.0.1:" + std::to_string(server.port()) + "/"),
+                      std::chrono::milliseconds(3000));
+    const absl::StatusOr<HttpAnswer> r = caller.post("{}", {});
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+    EXPECT_THAT(r.status().message(), HasSubstr("TLS handshake"));
+  }
+  // Not trusted at all (the system's CAs never signed it): refused.
+  ASSERT_EQ(::unsetenv("SSL_CERT_FILE"), 0);
+  {
+    TlsServer server(good);
+    HttpCaller caller(Url("https://127.0.0.1:" + std::to_string(server.port()) + "/"),
+                      std::chrono::milliseconds(3000));
+    const absl::StatusOr<HttpAnswer> r = caller.post("{}", {});
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+    EXPECT_THAT(r.status().message(), HasSubstr("certificate verify failed"));
+  }
+}
+
+}  // namespace
+}  // namespace example
