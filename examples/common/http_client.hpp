@@ -23,6 +23,13 @@
 #include <utility>
 // (a block of its own, so it stays first)
 
+// Boost 1.74's Asio sees C++20 coroutines only in GCC; clang (with
+// libstdc++'s <coroutine>) has them too.
+#if defined(__clang__) && defined(__cpp_impl_coroutine) && !defined(BOOST_ASIO_HAS_CO_AWAIT)
+#define BOOST_ASIO_HAS_CO_AWAIT 1
+#define BOOST_ASIO_HAS_STD_COROUTINE 1
+#endif
+
 #include <openssl/ssl.h>
 
 #include <boost/asio.hpp>

@@ -166,10 +166,6 @@ class Server {
       const tcp::endpoint remote = socket_.remote_endpoint(ec);
       peer_ = ec ? std::string("unknown") : remote.address().to_string();
     }
-    ~Session() {
-      std::lock_guard<std::mutex> lock(server_.mu_);
-      server_.sessions_.erase(place_);
-    }
 
     void start(Registry::iterator place) {
       place_ = place;
@@ -349,10 +345,14 @@ class Server {
   void admit(tcp::socket socket) {
     beast::error_code ignored;
     socket.set_option(tcp::no_delay(true), ignored);
-    std::shared_ptr<Session> session, victim;  // released after the lock: a
-    Registry::iterator place;                  // Session's destructor takes it
+    std::shared_ptr<Session> session, victim;
+    Registry::iterator place;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      // Entries of closed connections go here, under the lock. (A Session
+      // never takes the lock as it dies: its last owner may be a loop below,
+      // holding it.)
+      sessions_.remove_if([](const std::weak_ptr<Session>& w) { return w.expired(); });
       if (sessions_.size() >= limits_.max_connections) {
         // The longest-idle connection makes room (the registry is ordered by
         // last activity); if every one is mid-request, the newcomer waits
@@ -391,9 +391,9 @@ class Server {
     for (const std::shared_ptr<Session>& s : idle) s->close_soon();
   }
 
-  // Declared first, destroyed last: a Session leaving (also from the
-  // queues of io_ and handlers_ as they are destroyed) erases itself here.
-  mutable std::mutex mu_;
+  // Every connection, by last activity (front: the longest idle); an entry
+  // outlives its Session until admit() prunes it.
+  std::mutex mu_;
   Registry sessions_;
   std::atomic<int> busy_{0};  // requests taken and not yet answered
   std::atomic<bool> stopped_{false};

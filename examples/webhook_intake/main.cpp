@@ -125,9 +125,7 @@ std::pair<std::string, long> admin_listen() {
   return {host, p};
 }
 
-}  // namespace
-
-int main() {
+int run() {
   const std::string dsn = example::env_string("IDEMLEDGER_DSN");
   const idemledger::Schema schema = example::env_schema();
   const long port = example::env_long("IDEMLEDGER_LISTEN_PORT", 8080, 0, 65535);
@@ -243,4 +241,19 @@ int main() {
   admin_server.stop();
   example::log("info", {{"msg", "stopped"}});
   return 0;
+}
+
+}  // namespace
+
+// Whatever escapes (a thread or socket the system refuses) ends the process
+// with its reason logged, never an unexplained abort.
+int main() {
+  try {
+    return run();
+  } catch (const std::exception& e) {
+    example::log("error", {{"msg", "webhook_intake failed"}, {"error", e.what()}});
+  } catch (...) {
+    example::log("error", {{"msg", "webhook_intake failed"}});
+  }
+  return 1;
 }

@@ -2,10 +2,9 @@
 
 #include <fmt/format.h>
 
-#include <array>
 #include <charconv>
-#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <unordered_set>
 #include <vector>
 
