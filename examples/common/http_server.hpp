@@ -174,8 +174,10 @@ class Server {
 
     bool idle() const { return idle_.load(); }
 
-    // From any thread: closes the connection on its own executor.
+    // From any thread: closes the connection on its own executor (and is no
+    // longer idle, so it is not chosen to make room twice).
     void close_soon() {
+      idle_ = false;
       asio::post(socket_.get_executor(), [self = shared_from_this()] { self->close(); });
     }
 
