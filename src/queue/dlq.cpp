@@ -102,9 +102,9 @@ class LockedFile {
 
 constexpr std::size_t kSealLength = 64;  // hex HMAC-SHA256, then one space
 
-// One spool line: "<hex HMAC-SHA256 of the JSON> <JSON>\n". The JSON writer
-// never throws (invalid UTF-8 is replaced), so spooling cannot fail on text.
-std::string sealed_line(const DeadLetter& l, std::string_view spool_id, std::string_view key) {
+// A letter as one JSON object, without a newline. The JSON writer never
+// throws (invalid UTF-8 is replaced), so spooling cannot fail on text.
+std::string letter_json(const DeadLetter& l, std::string_view spool_id) {
   std::string json = internal::JsonLine()
                          .add("spool_id", spool_id)
                          .add("event_id", l.event_id)
@@ -116,9 +116,14 @@ std::string sealed_line(const DeadLetter& l, std::string_view spool_id, std::str
                          .add("error", l.error)
                          .add("trace_id", l.trace_id)
                          .finish();
-  json.pop_back();  // the newline: sealed without it
-  const internal::Digest seal = internal::hmac_sha256(key, {json});
-  return internal::to_hex(seal) + " " + json + "\n";
+  json.pop_back();
+  return json;
+}
+
+// One spool line: "<hex HMAC-SHA256 of the JSON> <JSON>\n".
+std::string sealed_line(const DeadLetter& l, std::string_view spool_id, std::string_view key) {
+  const std::string json = letter_json(l, spool_id);
+  return internal::to_hex(internal::hmac_sha256(key, {json})) + " " + json + "\n";
 }
 
 struct Unsealed {
@@ -216,11 +221,9 @@ DeadLetterQueue::Destination DeadLetterQueue::record(Connection& conn,
   if (spool(letter)) return Destination::kSpool;
   // Last resort: the whole record in a line an operator can restore from.
   AlertSink& sink = alert_sink_or_default(options_.alerts);
-  std::string record = sealed_line(letter, "", "");
-  record.erase(0, kSealLength + 1);
-  record.pop_back();
-  const std::string message = fmt::format("dead letter lost by table ({}) and spool {}: {}",
-                                          in_table.message(), options_.spool_path, record);
+  const std::string message =
+      fmt::format("dead letter lost by table ({}) and spool {}: {}", in_table.message(),
+                  options_.spool_path, letter_json(letter, ""));
   const std::string key = "dead_letter_unwritable:" + letter.event_id;
   sink.alert({.severity = AlertSeverity::kCritical, .key = key, .message = message});
   return Destination::kAlertOnly;
