@@ -47,6 +47,66 @@ std::string postgres_milliseconds(absl::Duration d) {
   return fmt::format("{}ms", absl::ToInt64Milliseconds(d));
 }
 
+// A host's deposit, first tried as one statement of its own (process_deposit):
+// a new credit to an account that exists, without apply_event's PL/pgSQL
+// around it. It writes everything or nothing. Each step feeds the next:
+//
+//   asset       registered, enabled, the amount within its decimals, the
+//               account (user, asset) exists, no event row with this id
+//   guard       the idempotency record (a concurrent duplicate waits here,
+//               then finds it and the chain stops: nothing written)
+//   born        the event row, confirmed (a racing writer of the same id
+//               fails the statement on its primary key, as apply_event would)
+//   credited    the account
+//   user_leg,   both entries of the posting
+//   system_leg
+//   notice      the 'credited' notification, when asked for
+//
+// true: applied. false: nothing was written, and apply_event decides (a
+// replay, an unknown or refused asset, a first credit in an asset, a missing
+// user, a queued event). A chain stopped after its guard — balance_events
+// already held the key, or the account vanished — raises through
+// credit_incomplete() (migration 13), which rolls the statement back.
+// Parameters are apply_event's.
+constexpr std::string_view kFastCreditSql = R"sql(
+WITH asset AS (
+    SELECT a.code FROM {schema}.assets a
+     WHERE (a.code = $4::text OR ($4::text IS NULL AND a.is_default)) AND a.enabled
+       AND scale(trim_scale($5::numeric)) <= a.decimals
+       AND EXISTS (SELECT 1 FROM {schema}.accounts x WHERE x.user_id = $3::bigint AND x.asset = a.code)
+       AND NOT EXISTS (SELECT 1 FROM {schema}.payment_events e WHERE e.event_id = $1)),
+guard AS (
+    INSERT INTO {schema}.processed_events AS p (idempotency_key, fingerprint, outcome, asset)
+    SELECT $6, $7, 'success', a.code FROM asset a
+    ON CONFLICT DO NOTHING
+    RETURNING p.asset),
+born AS (
+    INSERT INTO {schema}.payment_events AS e (event_id, user_id, asset, amount, event_type, status)
+    SELECT $1, $3::bigint, g.asset, $5::numeric, $2, 'confirmed' FROM guard g
+    RETURNING e.asset),
+credited AS (
+    UPDATE {schema}.accounts a SET balance = a.balance + $5::numeric
+      FROM born b WHERE a.user_id = $3::bigint AND a.asset = b.asset
+    RETURNING a.asset),
+user_leg AS (
+    INSERT INTO {schema}.balance_events AS be (user_id, asset, amount, event_type, source_event_id)
+    SELECT $3::bigint, c.asset, $5::numeric, $2, $1 FROM credited c
+    ON CONFLICT DO NOTHING
+    RETURNING be.asset),
+system_leg AS (
+    INSERT INTO {schema}.system_entries AS se (asset, account, amount, event_type, source_event_id)
+    SELECT u.asset, 'external', -$5::numeric, $2, $1 FROM user_leg u
+    RETURNING se.asset),
+notice AS (
+    INSERT INTO {schema}.outbox (topic, payload)
+    SELECT 'credited', jsonb_build_object('event_id', $1, 'event_type', $2, 'user_id', $3::bigint,
+                                          'asset', s.asset, 'amount', $5::numeric::text)
+      FROM system_leg s WHERE $8::boolean)
+SELECT CASE WHEN EXISTS (SELECT 1 FROM system_leg) THEN true
+            WHEN EXISTS (SELECT 1 FROM guard)
+                THEN {schema}.credit_incomplete($1, $2, EXISTS (SELECT 1 FROM credited))
+            ELSE false END)sql";
+
 // What apply_event() answers, read once at the edge.
 enum class ApplyAnswer {
   kApplied,
@@ -73,6 +133,7 @@ Ledger::Ledger(LedgerOptions options)
     : options_(std::move(options)),
       apply_sql_(options_.schema.qualify("SELECT {schema}.apply_event($1, $2, $3::bigint, $4, "
                                          "$5::numeric, $6, $7, $8::boolean)")),
+      fast_credit_sql_(options_.schema.qualify(kFastCreditSql)),
       hold_sql_(options_.schema.qualify(
           "SELECT * FROM {schema}.hold_funds($1, $2::bigint, $3, $4::numeric, $5::numeric, "
           "$6::bigint, $7, $8::boolean)")),
@@ -99,7 +160,7 @@ absl::StatusOr<Outcome> Ledger::process_deposit(Connection& conn, const PaymentE
     return absl::InvalidArgumentError(fmt::format(
         "process_deposit takes deposit or airdrop events, got {}", to_string(event.type)));
   }
-  return apply(conn, event);
+  return apply(conn, event, Route::kOneStatementFirst);
 }
 
 absl::StatusOr<Outcome> Ledger::process_withdrawal(Connection& conn,
@@ -109,11 +170,11 @@ absl::StatusOr<Outcome> Ledger::process_withdrawal(Connection& conn,
         fmt::format("process_withdrawal takes withdrawal or withdrawal_fee events, got {}",
                     to_string(event.type)));
   }
-  return apply(conn, event);
+  return apply(conn, event, Route::kProcedure);
 }
 
 absl::StatusOr<Outcome> Ledger::process_event(Connection& conn, const PaymentEvent& event) const {
-  return apply(conn, event);
+  return apply(conn, event, Route::kProcedure);
 }
 
 absl::StatusOr<Outcome> Ledger::process_compensation(Connection& conn,
@@ -142,7 +203,7 @@ absl::StatusOr<Outcome> Ledger::process_compensation(Connection& conn,
                            .user_id = user_id,
                            .amount = amount,
                            .asset = asset};
-  absl::StatusOr<Outcome> outcome = apply(conn, event);
+  absl::StatusOr<Outcome> outcome = apply(conn, event, Route::kProcedure);
   if (outcome.ok() || sqlstate(outcome.status()) != internal::kCompensationExceedsBalance) {
     return outcome;
   }
@@ -162,9 +223,10 @@ absl::StatusOr<Outcome> Ledger::process_compensation(Connection& conn,
   return outcome;
 }
 
-absl::StatusOr<Outcome> Ledger::apply(Connection& conn, const PaymentEvent& event) const {
+absl::StatusOr<Outcome> Ledger::apply(Connection& conn, const PaymentEvent& event,
+                                      Route route) const {
   const absl::Time start = options_.metrics != nullptr ? absl::Now() : absl::Time();
-  absl::StatusOr<Outcome> outcome = apply_unmeasured(conn, event);
+  absl::StatusOr<Outcome> outcome = apply_unmeasured(conn, event, route);
   // Every apply is keyed by (event_id, type): running it again can never
   // apply it twice, so even an in-doubt commit may be retried.
   if (!outcome.ok()) outcome = mark_idempotent(outcome.status());
@@ -192,8 +254,8 @@ void Ledger::record(absl::Time start, const absl::Status& status, std::string_vi
   if (asset) m.count_for_asset(*asset, outcome);
 }
 
-absl::StatusOr<Outcome> Ledger::apply_unmeasured(Connection& conn,
-                                                 const PaymentEvent& event) const {
+absl::StatusOr<Outcome> Ledger::apply_unmeasured(Connection& conn, const PaymentEvent& event,
+                                                 Route route) const {
   if (absl::Status s = validate_event(event); !s.ok()) return s;
 
   const std::string_view type = to_string(event.type);
@@ -204,12 +266,10 @@ absl::StatusOr<Outcome> Ledger::apply_unmeasured(Connection& conn,
   const Params apply(event.event_id, type, event.user_id,
                      event.asset ? Param(event.asset->code()) : Param(), event.amount, key,
                      fingerprint, options_.write_notifications);
-  const std::array<Statement, 2> batch = {Statement{timeouts_sql_, timeouts.span()},
-                                          Statement{apply_sql_, apply.span()}};
-
-  absl::StatusOr<Result> result = conn.execute_atomically(batch);
-  if (!result.ok()) {
-    absl::Status status = internal::interpret_ledger_error(result.status());
+  // The answer to a failed statement: what the server's refusal means, and
+  // for a few of them an alert (one of them even an outcome).
+  const auto refused = [&](const absl::Status& error) -> absl::StatusOr<Outcome> {
+    absl::Status status = internal::interpret_ledger_error(error);
     const std::optional<std::string> state = sqlstate(status);
     if (state == internal::kConflictingReplay) {
       raise_alert(AlertSeverity::kCritical, fmt::format("conflicting_replay:{}", event.event_id),
@@ -224,7 +284,23 @@ absl::StatusOr<Outcome> Ledger::apply_unmeasured(Connection& conn,
       return Outcome::kAlreadyApplied;
     }
     return status;
+  };
+
+  if (route == Route::kOneStatementFirst) {
+    const std::array<Statement, 2> fast = {Statement{timeouts_sql_, timeouts.span()},
+                                           Statement{fast_credit_sql_, apply.span()}};
+    absl::StatusOr<Result> result = conn.execute_atomically(fast);
+    if (!result.ok()) return refused(result.status());
+    absl::StatusOr<bool> applied = read_single<bool>(*result, "one-statement credit");
+    if (!applied.ok()) return applied.status();
+    if (*applied) return Outcome::kApplied;
+    // Nothing was written: the whole procedure decides.
   }
+
+  const std::array<Statement, 2> batch = {Statement{timeouts_sql_, timeouts.span()},
+                                          Statement{apply_sql_, apply.span()}};
+  absl::StatusOr<Result> result = conn.execute_atomically(batch);
+  if (!result.ok()) return refused(result.status());
   absl::StatusOr<ApplyAnswer> answer = read_single<ApplyAnswer>(*result, "apply_event");
   if (!answer.ok()) return answer.status();
   switch (*answer) {

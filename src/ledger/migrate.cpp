@@ -87,6 +87,11 @@ const std::vector<Migration>& migrations() {
        {
 #include "src/ledger/migrations/0012_hold_replay_race.inc"
        }},
+      {13,
+       "one_statement_credit",
+       {
+#include "src/ledger/migrations/0013_one_statement_credit.inc"
+       }},
   };
   return all;
 }

@@ -47,6 +47,46 @@ TEST_F(Ledger_, Deposit_FirstTime_CreditsAndRecordsEverything) {
   expect_reconciled();
 }
 
+// process_deposit's common case — a new credit to an open account — is one
+// statement without apply_event(); everything else finds that statement
+// wrote nothing and goes through apply_event() (ledger.cpp, kFastCreditSql).
+TEST_F(Ledger_, Deposit_NewCreditToAnOpenAccount_OneStatementElseTheProcedure) {
+  open_account(1, "100");
+  const auto procedure_calls = [&] {
+    return count(
+        "SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions "
+        "WHERE schemaname = '" +
+        schema_name_ + "' AND funcname = 'apply_event'");
+  };
+  exec("BEGIN");
+  exec("SET LOCAL track_functions = 'pl'");
+  const PaymentEvent e = event("evt_1", EventType::kDeposit, 1, "50");
+  ASSERT_EQ(*ledger_->process_deposit(*conn_, e), Outcome::kApplied);
+  EXPECT_EQ(procedure_calls(), 0) << "the common case needs no procedure";
+  EXPECT_EQ(*ledger_->process_deposit(*conn_, e), Outcome::kAlreadyApplied);
+  EXPECT_EQ(procedure_calls(), 1) << "a replay is the procedure's to answer";
+  // A first credit in another asset opens its account: the procedure's too.
+  exec("INSERT INTO {schema}.assets (code, decimals) VALUES ('USDC', 6)");
+  PaymentEvent usdc = event("evt_2", EventType::kDeposit, 1, "2.5");
+  usdc.asset = AssetCode("USDC");
+  ASSERT_EQ(*ledger_->process_deposit(*conn_, usdc), Outcome::kApplied);
+  EXPECT_EQ(procedure_calls(), 2);
+  usdc.event_id = "evt_3";
+  ASSERT_EQ(*ledger_->process_deposit(*conn_, usdc), Outcome::kApplied);
+  EXPECT_EQ(procedure_calls(), 2) << "its second credit is the common case again";
+  exec("COMMIT");
+  EXPECT_EQ(balance(1), "150");
+  EXPECT_EQ(ledger_rows("evt_1"), 1);
+  EXPECT_EQ(ledger_rows("evt_3"), 1);
+  EXPECT_EQ(outcome_of(e), "success");
+  EXPECT_EQ(status_of("evt_1"), "confirmed");
+  EXPECT_EQ(status_of("evt_3"), "confirmed");
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.system_entries WHERE source_event_id = 'evt_3' "
+                  "AND account = 'external' AND amount = -2.5 AND asset = 'USDC'"),
+            1);
+  expect_reconciled();
+}
+
 TEST_F(Ledger_, Deposit_Replay_AlreadyAppliedAndNothingChanges) {
   open_account(1, "100");
   const PaymentEvent e = event("evt_1", EventType::kDeposit, 1, "50");

@@ -25,6 +25,7 @@ TEST(MigrationCatalog, ReleasedMigrationsNeverChange) {
       {10, "fc1e66f7d4bb00d8133df9e34eaceaa593bac470251927c437e6fa86587c5b7c"},
       {11, "1a43e664c0ecfc2f78348c86f2f1670c97a6d6976babd5c88850b8a121dcd53b"},
       {12, "2f8b246cfc03b284caa16ea43ef92382438191383d041487a228a9c128bf928e"},
+      {13, "6cf665725e40478a0182c599a192b456dc2ae15141a16d5c67f3177776c10d12"},
   };
   const std::vector<MigrationInfo> catalog = migration_catalog();
   ASSERT_GE(catalog.size(), pinned.size());

@@ -35,6 +35,10 @@
 //   kInsufficientFunds again and never debits (a refused hold: state rejected).
 // - Every operation is one transaction and, with the libpq adapter, one round
 //   trip: the steps run in server-side functions installed by migrate().
+//   process_deposit() first sends its common case (a new credit to an open
+//   account) as one plain statement that writes all of it or nothing; when
+//   it wrote nothing (a replay, a first credit in an asset, a queued event,
+//   any refusal) the function decides, in a second round trip.
 //
 // Errors: kInvalidArgument (bad input, an amount beyond its asset's decimals,
 // an unknown asset; nothing written), kNotFound (unknown user or hold),
@@ -252,8 +256,13 @@ class Ledger {
   [[nodiscard]] const LedgerOptions& options() const { return options_; }
 
  private:
-  absl::StatusOr<Outcome> apply(Connection& conn, const PaymentEvent& event) const;
-  absl::StatusOr<Outcome> apply_unmeasured(Connection& conn, const PaymentEvent& event) const;
+  // How an event is applied: by apply_event() alone, or first by one
+  // statement that applies a new credit to an existing account or writes
+  // nothing (the host's deposit, ledger.cpp kFastCreditSql).
+  enum class Route { kProcedure, kOneStatementFirst };
+  absl::StatusOr<Outcome> apply(Connection& conn, const PaymentEvent& event, Route route) const;
+  absl::StatusOr<Outcome> apply_unmeasured(Connection& conn, const PaymentEvent& event,
+                                           Route route) const;
   // One hold step's statement, pipelined after the timeouts.
   absl::StatusOr<HoldResult> run_hold_step(Connection& conn, std::string_view sql,
                                            std::span<const Param> params, std::string_view what,
@@ -266,6 +275,7 @@ class Ledger {
 
   LedgerOptions options_;
   std::string apply_sql_;
+  std::string fast_credit_sql_;
   std::string hold_sql_;
   std::string post_sql_;
   std::string void_sql_;

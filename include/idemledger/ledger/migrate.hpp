@@ -13,6 +13,10 @@
 // (kFailedPrecondition naming the version): that database was migrated by a
 // different text under the same number, and nothing later can be trusted to
 // fit it.
+//
+// A Ledger of this library expects its schema at this library's latest
+// version: run migrate() before the first call (a deploy step). A call whose
+// SQL is newer than the schema fails, naming the missing function.
 #ifndef IDEMLEDGER_LEDGER_MIGRATE_HPP
 #define IDEMLEDGER_LEDGER_MIGRATE_HPP
 
