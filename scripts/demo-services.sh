@@ -76,3 +76,12 @@ echo
 echo "metrics excerpt (webhook_intake, then worker 1 of 2):"
 grep -E '^idemledger_webhook_requests_total' "$logs/intake.prom"
 grep -E '^idemledger_(ledger_outcomes_total|asset_outcomes_total|holds_expired_total|retries_scheduled_total|dead_lettered_total|recovered_total|time_to_confirm_seconds_(count|sum)|time_to_confirm_seconds_bucket\{le="0\.(01|05|1)"\}|apply_duration_seconds_bucket\{le="0\.001"\}|apply_duration_seconds_count|queue_events|dead_letters_open|last_reconciliation_timestamp_seconds)' "$logs/worker1.prom"
+# Both expositions as Prometheus's own linter reads them.
+for f in intake worker1 worker2; do
+  if ! lint=$(promtool check metrics <"$logs/$f.prom" 2>&1); then
+    echo "demo: promtool check metrics finds problems in $f's /metrics:" >&2
+    echo "$lint" >&2
+    exit 1
+  fi
+done
+echo "promtool check metrics: webhook_intake's and both workers' /metrics are clean"

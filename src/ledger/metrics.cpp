@@ -17,6 +17,9 @@ constexpr std::string_view kReconciliations = "idemledger_reconciliation_runs_to
 constexpr std::string_view kReconciliationsHelp = "Reconciliation runs, by result.";
 constexpr std::string_view kQueue = "idemledger_queue_events";
 constexpr std::string_view kQueueHelp = "Events not yet final, by status (read from the database).";
+constexpr std::string_view kOldest = "idemledger_queue_oldest_seconds";
+constexpr std::string_view kOldestHelp =
+    "Seconds the longest-waiting event of each status has not moved; 0 if there is none.";
 }  // namespace
 
 LedgerMetrics::LedgerMetrics(MetricsRegistry& r)
@@ -55,7 +58,19 @@ LedgerMetrics::LedgerMetrics(MetricsRegistry& r)
                                   "Unix time the last reconciliation run finished; 0 if none.")),
       holds_open(r.gauge("idemledger_holds_open", "Holds reserving funds now.")),
       holds_overdue(r.gauge("idemledger_holds_overdue",
-                            "Holds still reserving funds past their expiry (sweeper behind).")) {}
+                            "Holds still reserving funds past their expiry (sweeper behind).")),
+      oldest_pending(r.gauge(kOldest, kOldestHelp, {{"status", "pending"}})),
+      oldest_enqueued(r.gauge(kOldest, kOldestHelp, {{"status", "enqueued"}})),
+      oldest_processing(r.gauge(kOldest, kOldestHelp, {{"status", "processing"}})),
+      oldest_pending_record(
+          r.gauge("idemledger_idempotency_pending_oldest_seconds",
+                  "Seconds the oldest idempotency record has stayed pending; 0 if none.")),
+      last_reconciliation_findings(
+          r.gauge("idemledger_last_reconciliation_findings",
+                  "Mismatches plus duplicates the last reconciliation run found.")),
+      next_month_partition_missing(
+          r.gauge("idemledger_next_month_partition_missing",
+                  "1 when a partitioned schema has no partition for next month yet.")) {}
 
 void LedgerMetrics::count_for_asset(std::string_view asset, std::string_view outcome) {
   std::string label(asset);
@@ -86,14 +101,35 @@ absl::Status refresh_queue_gauges(Connection& conn, const Schema& schema, Ledger
       "(SELECT coalesce(extract(epoch FROM max(finished_at))::bigint, 0) "
       "FROM {schema}.reconciliation_runs), "
       "(SELECT count(*) FROM {schema}.holds WHERE state = 'held'), "
-      "(SELECT count(*) FROM {schema}.holds WHERE state = 'held' AND expires_at < now())"));
+      "(SELECT count(*) FROM {schema}.holds WHERE state = 'held' AND expires_at < now()), "
+      // Ages as the monitor (ops/monitor.hpp) reads them: since the row last moved.
+      "(SELECT coalesce(extract(epoch FROM now() - min(updated_at))::bigint, 0) "
+      "FROM {schema}.payment_events WHERE status = 'pending'), "
+      "(SELECT coalesce(extract(epoch FROM now() - min(updated_at))::bigint, 0) "
+      "FROM {schema}.payment_events WHERE status = 'enqueued'), "
+      "(SELECT coalesce(extract(epoch FROM now() - min(updated_at))::bigint, 0) "
+      "FROM {schema}.payment_events WHERE status = 'processing'), "
+      "(SELECT coalesce(extract(epoch FROM now() - min(created_at))::bigint, 0) "
+      "FROM {schema}.processed_events WHERE outcome = 'pending'), "
+      "coalesce((SELECT mismatches + duplicates FROM {schema}.reconciliation_runs "
+      "ORDER BY finished_at DESC LIMIT 1), 0), "
+      "{schema}.next_month_partition_missing()::int"));
   if (!r.ok()) return r.status();
   absl::StatusOr<Row> row = r->single_row("refresh_queue_gauges");
   if (!row.ok()) return row.status();
-  const std::array<Gauge*, 7> gauges = {&metrics.queue_pending,       &metrics.queue_enqueued,
-                                        &metrics.queue_processing,    &metrics.dead_letters_open,
-                                        &metrics.last_reconciliation, &metrics.holds_open,
-                                        &metrics.holds_overdue};
+  const std::array<Gauge*, 13> gauges = {&metrics.queue_pending,
+                                         &metrics.queue_enqueued,
+                                         &metrics.queue_processing,
+                                         &metrics.dead_letters_open,
+                                         &metrics.last_reconciliation,
+                                         &metrics.holds_open,
+                                         &metrics.holds_overdue,
+                                         &metrics.oldest_pending,
+                                         &metrics.oldest_enqueued,
+                                         &metrics.oldest_processing,
+                                         &metrics.oldest_pending_record,
+                                         &metrics.last_reconciliation_findings,
+                                         &metrics.next_month_partition_missing};
   for (std::size_t i = 0; i < gauges.size(); ++i) {
     absl::StatusOr<std::int64_t> v = row->get<std::int64_t>(i);
     if (!v.ok()) return v.status();

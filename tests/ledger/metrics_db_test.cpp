@@ -122,6 +122,40 @@ TEST_F(MetricsTest, ReconciliationRunsAndTheirTime) {
   EXPECT_EQ(s.at("idemledger_reconciliation_runs_total{result=\"clean\"}"), "1");
   EXPECT_EQ(s.at("idemledger_reconciliation_runs_total{result=\"findings\"}"), "1");
   EXPECT_GE(std::stoll(s.at("idemledger_last_reconciliation_timestamp_seconds")), before - 1);
+  EXPECT_EQ(s.at("idemledger_last_reconciliation_findings"), "1") << "the last run's, not a sum";
+  exec("UPDATE {schema}.accounts SET balance = balance - 1");
+  ASSERT_TRUE(reconciler.full(*conn_).ok());
+  EXPECT_EQ(scrape().at("idemledger_last_reconciliation_findings"), "0");
+}
+
+// What the alert rules of deploy/prometheus/ read: how long things have not
+// moved, as the monitor (ops/monitor.hpp) reads them.
+TEST_F(MetricsTest, AgesOfWhatHasNotMovedAreGauges) {
+  open_account(1, "10");
+  PrometheusSamples s = scrape();
+  for (const char* status : {"pending", "enqueued", "processing"}) {
+    EXPECT_EQ(s.at(std::string("idemledger_queue_oldest_seconds{status=\"") + status + "\"}"),
+              "0");
+  }
+  EXPECT_EQ(s.at("idemledger_idempotency_pending_oldest_seconds"), "0");
+  EXPECT_EQ(s.at("idemledger_next_month_partition_missing"), "0");
+
+  record_event(event("old", EventType::kDeposit, 1, "1"), "pending");
+  record_event(event("new", EventType::kDeposit, 1, "1"), "pending");
+  record_event(event("stuck", EventType::kDeposit, 1, "1"), "pending");
+  exec("UPDATE {schema}.payment_events SET updated_at = now() - interval '20 minutes' "
+       "WHERE event_id = 'old'");
+  exec("UPDATE {schema}.payment_events SET status = 'enqueued', "
+       "lease_until = now() + interval '1 minute', updated_at = now() - interval '3 minutes' "
+       "WHERE event_id = 'stuck'");
+  exec("INSERT INTO {schema}.processed_events (idempotency_key, fingerprint, outcome, asset, "
+       "created_at) VALUES ('k', 'f', 'pending', 'DEFAULT', now() - interval '7 minutes')");
+  s = scrape();
+  const auto seconds = [&](const std::string& series) { return std::stoll(s.at(series)); };
+  EXPECT_NEAR(seconds("idemledger_queue_oldest_seconds{status=\"pending\"}"), 1200, 5);
+  EXPECT_NEAR(seconds("idemledger_queue_oldest_seconds{status=\"enqueued\"}"), 180, 5);
+  EXPECT_EQ(seconds("idemledger_queue_oldest_seconds{status=\"processing\"}"), 0);
+  EXPECT_NEAR(seconds("idemledger_idempotency_pending_oldest_seconds"), 420, 5);
 }
 
 }  // namespace

@@ -43,7 +43,16 @@ class Connection;
 //   idemledger_dead_letters_open                DLQ rows nobody resolved yet
 //   idemledger_last_reconciliation_timestamp_seconds
 //   idemledger_holds_open, idemledger_holds_overdue   held now; held past expiry
-// The gauges are read from the database by refresh_queue_gauges().
+//   idemledger_queue_oldest_seconds{status}     how long the longest-waiting
+//       event of each status has not moved (0: none); zombie events
+//   idemledger_idempotency_pending_oldest_seconds  the oldest idempotency
+//       record still `pending` (a writer that never finished; 0: none)
+//   idemledger_last_reconciliation_findings     mismatches + duplicates the
+//       last reconciliation run found
+//   idemledger_next_month_partition_missing     1 when a partitioned schema
+//       has no partition for next month
+// The gauges are read from the database by refresh_queue_gauges(); the
+// Prometheus rules in deploy/prometheus/ alert on them.
 struct LedgerMetrics {
   explicit LedgerMetrics(MetricsRegistry& registry);
 
@@ -76,6 +85,12 @@ struct LedgerMetrics {
   Gauge& last_reconciliation;
   Gauge& holds_open;
   Gauge& holds_overdue;
+  Gauge& oldest_pending;
+  Gauge& oldest_enqueued;
+  Gauge& oldest_processing;
+  Gauge& oldest_pending_record;
+  Gauge& last_reconciliation_findings;
+  Gauge& next_month_partition_missing;
 
  private:
   Mutex mu_;
@@ -84,8 +99,10 @@ struct LedgerMetrics {
 
 // refresh_queue_gauges()
 //
-// One statement reading queue depth by status, open dead letters and the last
-// reconciliation's finish time into `metrics`; call it before rendering.
+// One statement reading queue depth and age by status, open dead letters,
+// the last reconciliation (when, and what it found), holds, the oldest
+// unfinished idempotency record and next month's partition into `metrics`;
+// call it before rendering.
 // REQUIRES: migrate() ran for `schema`.
 [[nodiscard]] absl::Status refresh_queue_gauges(Connection& conn, const Schema& schema,
                                                 LedgerMetrics& metrics);
