@@ -262,7 +262,6 @@ absl::StatusOr<Outcome> Ledger::apply_unmeasured(Connection& conn, const Payment
   const std::string key = idempotency_key(event.event_id, type);
   // The asset is compared beside the fingerprint (v1 records had none).
   const std::string fingerprint = payload_fingerprint(event.user_id, event.amount, type);
-  const Params timeouts(lock_timeout_text_, statement_timeout_text_);
   const Params apply(event.event_id, type, event.user_id,
                      event.asset ? Param(event.asset->code()) : Param(), event.amount, key,
                      fingerprint, options_.write_notifications);
@@ -287,9 +286,7 @@ absl::StatusOr<Outcome> Ledger::apply_unmeasured(Connection& conn, const Payment
   };
 
   if (route == Route::kOneStatementFirst) {
-    const std::array<Statement, 2> fast = {Statement{timeouts_sql_, timeouts.span()},
-                                           Statement{fast_credit_sql_, apply.span()}};
-    absl::StatusOr<Result> result = conn.execute_atomically(fast);
+    absl::StatusOr<Result> result = execute_with_timeouts(conn, fast_credit_sql_, apply.span());
     if (!result.ok()) return refused(result.status());
     absl::StatusOr<bool> applied = read_single<bool>(*result, "one-statement credit");
     if (!applied.ok()) return applied.status();
@@ -297,9 +294,7 @@ absl::StatusOr<Outcome> Ledger::apply_unmeasured(Connection& conn, const Payment
     // Nothing was written: the whole procedure decides.
   }
 
-  const std::array<Statement, 2> batch = {Statement{timeouts_sql_, timeouts.span()},
-                                          Statement{apply_sql_, apply.span()}};
-  absl::StatusOr<Result> result = conn.execute_atomically(batch);
+  absl::StatusOr<Result> result = execute_with_timeouts(conn, apply_sql_, apply.span());
   if (!result.ok()) return refused(result.status());
   absl::StatusOr<ApplyAnswer> answer = read_single<ApplyAnswer>(*result, "apply_event");
   if (!answer.ok()) return answer.status();
@@ -322,13 +317,18 @@ absl::StatusOr<Outcome> Ledger::apply_unmeasured(Connection& conn, const Payment
                                                 : Outcome::kInsufficientFunds;
 }
 
-absl::StatusOr<HoldResult> Ledger::run_hold_step(Connection& conn, std::string_view sql,
-                                                 std::span<const Param> params,
-                                                 std::string_view what, std::string_view id) const {
+absl::StatusOr<Result> Ledger::execute_with_timeouts(Connection& conn, std::string_view sql,
+                                                     std::span<const Param> params) const {
   const Params timeouts(lock_timeout_text_, statement_timeout_text_);
   const std::array<Statement, 2> batch = {Statement{timeouts_sql_, timeouts.span()},
                                           Statement{sql, params}};
-  absl::StatusOr<Result> r = conn.execute_atomically(batch);
+  return conn.execute_atomically(batch);
+}
+
+absl::StatusOr<HoldResult> Ledger::run_hold_step(Connection& conn, std::string_view sql,
+                                                 std::span<const Param> params,
+                                                 std::string_view what, std::string_view id) const {
+  absl::StatusOr<Result> r = execute_with_timeouts(conn, sql, params);
   if (!r.ok()) {
     // Keyed by the hold: running a step again answers what happened.
     absl::Status status = mark_idempotent(internal::interpret_ledger_error(r.status()));

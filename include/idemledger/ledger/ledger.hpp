@@ -77,6 +77,7 @@
 namespace idemledger {
 
 class Connection;
+struct Result;
 
 // Longest event id accepted, in bytes.
 inline constexpr std::size_t kMaxEventIdLength = 128;
@@ -263,6 +264,10 @@ class Ledger {
   absl::StatusOr<Outcome> apply(Connection& conn, const PaymentEvent& event, Route route) const;
   absl::StatusOr<Outcome> apply_unmeasured(Connection& conn, const PaymentEvent& event,
                                            Route route) const;
+  // `sql` pipelined after the transaction-scoped timeouts: one transaction,
+  // one round trip.
+  absl::StatusOr<Result> execute_with_timeouts(Connection& conn, std::string_view sql,
+                                               std::span<const Param> params) const;
   // One hold step's statement, pipelined after the timeouts.
   absl::StatusOr<HoldResult> run_hold_step(Connection& conn, std::string_view sql,
                                            std::span<const Param> params, std::string_view what,
