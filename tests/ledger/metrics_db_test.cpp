@@ -83,7 +83,10 @@ TEST_F(MetricsTest, DispatcherCountsRetriesDeadLettersRecoveriesAndTimeToConfirm
       if (c.event.event_id != "locked") (void)d.process(*conn_, c);
     }
   }
-  // A claim whose lease expired comes back through recover_stale().
+  // A claim whose lease expired comes back through recover_stale(). The retried
+  // withdrawal is pushed out of reach first: its full-jitter backoff can be ~0.
+  exec("UPDATE {schema}.payment_events SET next_attempt_at = now() + interval '1 hour' "
+       "WHERE event_id = 'locked'");
   record_event(event("stale", EventType::kDeposit, 1, "1"), "pending");
   Dispatcher short_lease(ledger, {.schema = schema_,
                                   .lease = absl::Milliseconds(1),
