@@ -29,7 +29,9 @@ status=0
 for unit in "${units[@]}"; do
   name=$(basename "$unit")
   verdict=verifies
-  if ! out=$(systemd-analyze verify --root="$root" "$unit" 2>&1) || [[ -n $out ]]; then
+  # Documentation=man:… is looked up with man(1), among the installed pages.
+  if ! out=$(MANPATH="$root/usr/share/man" systemd-analyze verify --root="$root" "$unit" 2>&1) ||
+    [[ -n $out ]]; then
     echo "check-systemd: $name does not verify cleanly:" >&2
     echo "$out" >&2
     verdict="DOES NOT VERIFY"
