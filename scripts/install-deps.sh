@@ -4,7 +4,7 @@
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config git
   libpq-dev libabsl-dev libfmt-dev libboost-dev libssl-dev nlohmann-json3-dev
-  libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev libyaml-cpp-dev
   postgresql-15 postgresql-client-15 pgbouncer openssl systemd man-db prometheus "$@")
 missing=()
 for p in "${packages[@]}"; do

@@ -1,6 +1,7 @@
 // The webhook_intake example as a real process on loopback, driven over HTTP:
 // every status code, signatures over raw bytes, concurrent redeliveries, and
-// a graceful SIGTERM.
+// a graceful SIGTERM. Every answer is also held against the API contract,
+// docs/openapi.yaml (support/openapi_contract.hpp).
 #include <httplib.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -10,10 +11,12 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "gmock/gmock.h"
 #include "idemledger/ledger/asset.hpp"
 #include "idemledger/queue/dispatcher.hpp"
 #include "idemledger/queue/intake.hpp"
+#include "tests/support/openapi_contract.hpp"
 #include "tests/support/prometheus_text.hpp"
 #include "tests/support/service_process.hpp"
 #include "tests/support/test_db.hpp"
@@ -22,6 +25,19 @@ namespace idemledger::testing {
 namespace {
 
 const std::string kSecret(40, 's');
+
+using ::testing::IsEmpty;
+
+// An answer as httplib received it, held against the contract's operation.
+httplib::Result in_contract(std::string_view operation, httplib::Result r) {
+  if (r) {
+    HttpAnswer answer{.status = r->status, .body = r->body};
+    for (const auto& [name, value] : r->headers)
+      answer.headers[absl::AsciiStrToLower(name)] = value;
+    EXPECT_THAT(OpenApiContract::intake().violations(operation, answer), IsEmpty());
+  }
+  return r;
+}
 
 class IntakeProcess : public ServiceProcess {
  public:
@@ -48,7 +64,8 @@ class HttpIntake : public LedgerTest {
                               std::string signature = "use-valid", httplib::Headers extra = {}) {
     if (signature == "use-valid") signature = WebhookVerifier::create(kSecret)->sign(body);
     extra.emplace("X-Signature", signature);
-    return c.Post("/webhooks/payments", extra, body, "application/json");
+    return in_contract("recordPaymentWebhook",
+                       c.Post("/webhooks/payments", extra, body, "application/json"));
   }
 };
 
@@ -96,9 +113,17 @@ TEST_F(HttpIntake, AnswersEveryStatusCodeByTheRule) {
   EXPECT_EQ(r->status, 409);
   EXPECT_NE(r->body.find("conflicting replay"), std::string::npos) << r->body;
 
-  r = httplib::Client("127.0.0.1", intake.admin_port()).Get("/healthz");
+  // What the listener answers outside the one operation is in the contract too.
+  EXPECT_EQ(in_contract("recordPaymentWebhook", c.Get("/webhooks/payments"))->status, 405);
+  EXPECT_EQ(in_contract("recordPaymentWebhook", c.Post("/other", "{}", "application/json"))->status,
+            404);
+
+  httplib::Client admin("127.0.0.1", intake.admin_port());
+  r = in_contract("health", admin.Get("/healthz"));
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(in_contract("metrics", admin.Get("/metrics"))->status, 200);
+  EXPECT_EQ(in_contract("health", admin.Post("/healthz", "", "text/plain"))->status, 405);
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events"), 1)
       << "nothing written for a rejected request";
   EXPECT_EQ(intake.stop(), 0) << "SIGTERM: drained and exited cleanly";
@@ -165,7 +190,7 @@ TEST_F(HttpIntake, MetricsFollowTheEventsThroughIntakeAndWorker) {
 
   const auto scrape = [](int port) {
     httplib::Client m("127.0.0.1", port);
-    httplib::Result r = m.Get("/metrics");
+    httplib::Result r = in_contract("metrics", m.Get("/metrics"));
     EXPECT_TRUE(r && r->status == 200);
     EXPECT_EQ(r->get_header_value("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
     absl::StatusOr<PrometheusSamples> parsed = parse_prometheus_text(r ? r->body : "");
@@ -286,6 +311,39 @@ TEST_F(HttpIntake, AssetsAndWithdrawalStepsThroughIntakeAndWorker) {
             "w_void confirmed");
   EXPECT_EQ(worker.stop(), 0);
   expect_reconciled();
+}
+
+// The contract check itself: it names what an answer does not document.
+TEST(IntakeContract, NamesWhatAnAnswerDoesNotDocument) {
+  const OpenApiContract& contract = OpenApiContract::intake();
+  const auto answer = [](int status, std::string body, std::string type = "application/json") {
+    return HttpAnswer{.status = status,
+                      .headers = {{"content-type", type}, {"x-request-id", "t1"}},
+                      .body = std::move(body)};
+  };
+  const auto first = [&](const HttpAnswer& a) {
+    const std::vector<std::string> v = contract.violations("recordPaymentWebhook", a);
+    return v.empty() ? std::string() : v.front();
+  };
+  EXPECT_EQ(first(answer(200, R"({"result":"accepted","trace_id":"t1"})")), "");
+  EXPECT_THAT(first(answer(418, "{}")), ::testing::HasSubstr("does not document this status"));
+  EXPECT_THAT(first(answer(200, R"({"result":"credited","trace_id":"t1"})")),
+              ::testing::HasSubstr("is not one of"));
+  EXPECT_THAT(first(answer(409, R"({"error":"conflicting replay"})")),
+              ::testing::HasSubstr("the required \"trace_id\" is missing"));
+  EXPECT_THAT(first(answer(200, R"({"result":"accepted","trace_id":"t1"})", "text/html")),
+              ::testing::HasSubstr("content type \"text/html\""));
+  EXPECT_THAT(first(answer(200, "accepted")), ::testing::HasSubstr("not JSON"));
+  HttpAnswer no_trace = answer(200, R"({"result":"accepted","trace_id":"t1"})");
+  no_trace.headers.erase("x-request-id");
+  EXPECT_THAT(first(no_trace), ::testing::HasSubstr("X-Request-ID is missing"));
+
+  const HttpAnswer raw = parse_raw_answer(
+      "HTTP/1.1 411 Length Required\r\nContent-Type: application/json\r\nContent-Length: 38\r\n"
+      "\r\n{\"error\":\"Content-Length is required\"}");
+  EXPECT_EQ(raw.status, 411);
+  EXPECT_TRUE(raw.body_complete);
+  EXPECT_THAT(contract.violations("recordPaymentWebhook", raw), IsEmpty());
 }
 
 }  // namespace
