@@ -18,6 +18,7 @@
 #include "idemledger/core/metrics.hpp"
 #include "idemledger/core/mutex.hpp"
 #include "idemledger/core/params.hpp"
+#include "idemledger/core/progress.hpp"
 #include "idemledger/core/result.hpp"
 #include "idemledger/core/retry.hpp"
 #include "idemledger/core/schema.hpp"

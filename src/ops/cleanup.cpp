@@ -2,10 +2,21 @@
 
 #include <fmt/format.h>
 
+#include <string>
+#include <string_view>
+
 #include "absl/time/clock.h"
 #include "idemledger/core/connection.hpp"
 
 namespace idemledger {
+namespace {
+
+// What may go: a final outcome older than the TTL ($1, in milliseconds).
+constexpr std::string_view kExpired =
+    " WHERE p.outcome IN ('success', 'insufficient_funds')"
+    "   AND p.created_at < now() - $1::bigint * interval '1 millisecond'";
+
+}  // namespace
 
 absl::StatusOr<CleanupReport> cleanup_idempotency_records(Connection& conn,
                                                           const CleanupOptions& options) {
@@ -16,10 +27,8 @@ absl::StatusOr<CleanupReport> cleanup_idempotency_records(Connection& conn,
                     options.batch_size));
   }
   const std::string sql = options.schema.qualify(
-      "WITH victims AS ("
-      "  SELECT p.idempotency_key FROM {schema}.processed_events p"
-      "   WHERE p.outcome IN ('success', 'insufficient_funds')"
-      "     AND p.created_at < now() - $1::bigint * interval '1 millisecond'"
+      "WITH victims AS (SELECT p.idempotency_key FROM {schema}.processed_events p" +
+      std::string(kExpired) +
       "   ORDER BY p.created_at LIMIT $2::bigint"
       "   FOR UPDATE SKIP LOCKED) "
       "DELETE FROM {schema}.processed_events d USING victims v "
@@ -34,11 +43,26 @@ absl::StatusOr<CleanupReport> cleanup_idempotency_records(Connection& conn,
   absl::StatusOr<std::int64_t> months = read_single<std::int64_t>(*dropped, "drop partitions");
   if (!months.ok()) return months.status();
   report.partitions_dropped = *months;
+  Progress progress;
+  if (options.progress) {
+    absl::StatusOr<Result> r =
+        conn.execute(options.schema.qualify("SELECT count(*) FROM {schema}.processed_events p " +
+                                            std::string(kExpired)),
+                     Params(options.ttl));
+    if (!r.ok()) return r.status();
+    absl::StatusOr<std::int64_t> total = read_single<std::int64_t>(*r, "expired records");
+    if (!total.ok()) return total.status();
+    progress.total = *total;
+  }
   for (;;) {
     absl::StatusOr<Result> r = conn.execute(sql, Params(options.ttl, options.batch_size));
     if (!r.ok()) return r.status();
     ++report.batches;
     report.deleted += r->affected_rows;
+    if (options.progress) {
+      progress.done = report.deleted;
+      options.progress(progress);
+    }
     if (r->affected_rows < options.batch_size) break;
     if (options.max_batches > 0 && report.batches >= options.max_batches) break;
     absl::SleepFor(options.pause);

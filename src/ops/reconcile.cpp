@@ -148,6 +148,16 @@ absl::StatusOr<ReconcileReport> Reconciler::full(Connection& conn,
   report.last_user_id = after_user_id;
   const std::string batch_sql = options_.schema.qualify(
       "SELECT id FROM {schema}.users WHERE id > $1::bigint ORDER BY id LIMIT $2::bigint");
+  Progress progress;
+  if (options_.progress) {
+    absl::StatusOr<Result> r = conn.execute(
+        options_.schema.qualify("SELECT count(*) FROM {schema}.users WHERE id > $1::bigint"),
+        Params(after_user_id));
+    if (!r.ok()) return r.status();
+    absl::StatusOr<std::int64_t> total = read_single<std::int64_t>(*r, "users to check");
+    if (!total.ok()) return total.status();
+    progress.total = *total;
+  }
   for (;;) {
     const std::int64_t checked_before = report.users_checked;
     const Params params(report.last_user_id, options_.batch_users);
@@ -155,6 +165,10 @@ absl::StatusOr<ReconcileReport> Reconciler::full(Connection& conn,
     if (!tx.ok()) return tx.status();
     if (absl::Status s = check_batch(conn, batch_sql, params, report); !s.ok()) return s;
     if (absl::Status s = tx->commit(); !s.ok()) return s;
+    if (options_.progress) {
+      progress.done = report.users_checked;
+      options_.progress(progress);
+    }
     if (report.users_checked - checked_before < options_.batch_users) break;
   }
   if (absl::Status s = find_imbalances(conn, report); !s.ok()) return s;

@@ -170,6 +170,52 @@ TEST_F(AdminCli, ReconcileAndCleanup) {
   EXPECT_EQ(admin("frobnicate").exit_code, 2);
 }
 
+// The long jobs say how far they are: plain lines into a pipe, a line redrawn
+// in place on a terminal, nothing with --quiet; stdout keeps the result.
+TEST_F(AdminCli, LongJobsShowProgressUnlessQuiet) {
+  exec("INSERT INTO {schema}.users (id) SELECT generate_series(2, 2501)");
+  CliRun r = admin("reconcile --full");  // stderr into the pipe: not a terminal
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("reconcile --full: 1,000 of 2,501 users (39%), "));
+  EXPECT_THAT(r.out, HasSubstr(" users/s, ETA "));
+  EXPECT_THAT(r.out, HasSubstr("reconcile --full: 2,501 users in "));
+  EXPECT_THAT(r.out, HasSubstr("2501 users checked"));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("\r"))) << "no redrawing into a pipe";
+
+  r = admin("reconcile --full --quiet");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("reconcile --full:")));
+  EXPECT_THAT(r.out, HasSubstr("2501 users checked"));
+  nlohmann::json j = nlohmann::json::parse(admin("reconcile --full --json", false).out);
+  EXPECT_EQ(j["users_checked"], 2501) << "progress never reaches stdout";
+
+  // On a terminal (script(1) gives it one): one line, redrawn in place.
+  const std::string tty = std::string("script -qec \"") + IDEMLEDGER_ADMIN_BINARY + " --dsn '" +
+                          test_dsn() + "' --schema " + schema_name_ +
+                          " reconcile --full\" /dev/null";
+  FILE* p = popen(tty.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf{};
+  for (std::size_t n; (n = std::fread(buf.data(), 1, buf.size(), p)) > 0;)
+    out.append(buf.data(), n);
+  EXPECT_EQ(pclose(p), 0) << out;
+  EXPECT_THAT(out, HasSubstr("\r\033[Kreconcile --full: 1,000 of 2,501 users (39%)"));
+  EXPECT_THAT(out, HasSubstr("\r\033[Kreconcile --full: 2,501 users in "));
+
+  exec(
+      "INSERT INTO {schema}.processed_events (idempotency_key, fingerprint, outcome, asset, "
+      "created_at) SELECT 'old-' || g, 'f', 'success', 'DEFAULT', now() - interval '2 days' "
+      "FROM generate_series(1, 1500) g");
+  r = admin("cleanup --ttl-hours 24");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("cleanup: 1,000 of 1,500 records (66%), "));
+  EXPECT_THAT(r.out, HasSubstr("cleanup: 1,500 records in "));
+  EXPECT_THAT(r.out, HasSubstr("deleted 1500 idempotency records"));
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.processed_events WHERE idempotency_key LIKE "
+                  "'old-%'"),
+            0);
+}
+
 // Every argument is checked before anything runs: a crafted schema or a
 // number that does not parse is a usage error (2), and nothing changes.
 TEST_F(AdminCli, BadArgumentsExit2AndChangeNothing) {

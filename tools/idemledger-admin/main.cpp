@@ -1,6 +1,6 @@
 // idemledger-admin — what on-call runs at 3 a.m. instead of hand-written SQL.
 //
-//   idemledger-admin [--dsn DSN] [--schema S] [--json] [--actor TEXT] VERB ...
+//   idemledger-admin [--dsn DSN] [--schema S] [--json] [--quiet] [--actor TEXT] VERB ...
 //     migrate                         apply migrations; print the schema version
 //     status                          queue depth by status, open dead letters, health findings
 //     stats                           events, outcomes, ledger totals
@@ -26,6 +26,10 @@
 // Audited actions are recorded under the database role that ran them
 // (current_user), with --actor as extra text. Exit codes: 0 fine, 1 findings
 // (unhealthy, out of balance, unknown id), 2 usage or connection errors.
+// Long jobs (reconcile --full, cleanup, partitions enable) show their
+// progress on stderr (progress.hpp); --quiet silences it.
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -37,13 +41,14 @@
 #include "absl/strings/numbers.h"
 #include "absl/time/time.h"
 #include "idemledger.hpp"
+#include "progress.hpp"
 
 namespace {
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "idemledger-admin: %s\n"
-               "usage: idemledger-admin [--dsn DSN] [--schema S] [--json] [--actor TEXT] "
+               "usage: idemledger-admin [--dsn DSN] [--schema S] [--json] [--quiet] [--actor TEXT] "
                "migrate|status|stats|dlq list|dlq show ID|dlq replay|discard ID --reason TEXT|"
                "reconcile [--full] [--window-minutes N]|cleanup [--ttl-hours H]|"
                "partitions enable|ensure [--months-ahead N]|relay status|relay list [--limit N]|"
@@ -82,6 +87,7 @@ struct Args {
   idemledger::Schema schema = idemledger::kDefaultSchema;
   bool json = false;
   bool full = false;
+  bool quiet = false;  // no progress on stderr
   std::vector<std::string> words;
   std::map<std::string, std::string> flags;
 
@@ -126,6 +132,8 @@ Args parse_args(int argc, char** argv) {
       a.json = true;
     } else if (w == "--full") {
       a.full = true;
+    } else if (w == "--quiet") {
+      a.quiet = true;
     } else if (kValued.contains(w)) {
       if (i + 1 >= argc) usage(w + " needs a value");
       a.flags[w] = argv[++i];
@@ -345,11 +353,27 @@ int dlq(idemledger::Connection& c, const Args& a) {
   return 0;
 }
 
+// A long job's progress on stderr: redrawn on a terminal, plain lines
+// otherwise, nothing with --quiet (progress.hpp).
+idemledger::admin::ProgressReporter reporter(const Args& a, std::string job, std::string unit) {
+  using idemledger::admin::ProgressMode;
+  const ProgressMode mode = a.quiet                 ? ProgressMode::kQuiet
+                            : isatty(STDERR_FILENO) ? ProgressMode::kTerminal
+                                                    : ProgressMode::kLines;
+  return {std::move(job), std::move(unit), mode};
+}
+
 int reconcile(idemledger::Connection& c, const Args& a) {
-  const idemledger::Reconciler reconciler({.schema = a.schema});
   const std::int64_t window = a.number("--window-minutes", 60, 1, 60 * 24 * 366);
-  const idemledger::ReconcileReport r =
-      must(a.full ? reconciler.full(c) : reconciler.hot_path(c, absl::Minutes(window)));
+  idemledger::ReconcileReport r;
+  if (a.full) {
+    idemledger::admin::ProgressReporter progress = reporter(a, "reconcile --full", "users");
+    const idemledger::Reconciler reconciler({.schema = a.schema, .progress = progress.callback()});
+    r = must(reconciler.full(c));
+    progress.finish(r.users_checked);
+  } else {
+    r = must(idemledger::Reconciler({.schema = a.schema}).hot_path(c, absl::Minutes(window)));
+  }
   if (a.json) {
     nlohmann::json out = {{"users_checked", r.users_checked},
                           {"accounts_checked", r.accounts_checked},
@@ -401,8 +425,10 @@ int reconcile(idemledger::Connection& c, const Args& a) {
 int cleanup(idemledger::Connection& c, const Args& a) {
   const std::int64_t min_hours = absl::ToInt64Hours(idemledger::kMinIdempotencyTtl);
   const std::int64_t hours = a.number("--ttl-hours", 24 * 30, min_hours, 24 * 365 * 100);
-  const idemledger::CleanupReport r = must(
-      idemledger::cleanup_idempotency_records(c, {.schema = a.schema, .ttl = absl::Hours(hours)}));
+  idemledger::admin::ProgressReporter progress = reporter(a, "cleanup", "records");
+  const idemledger::CleanupReport r = must(idemledger::cleanup_idempotency_records(
+      c, {.schema = a.schema, .ttl = absl::Hours(hours), .progress = progress.callback()}));
+  progress.finish(r.deleted);
   std::printf(
       "deleted %lld idempotency records older than %lldh in %lld batches; dropped %lld expired "
       "monthly partitions\n",
@@ -416,8 +442,20 @@ int partitions(idemledger::Connection& c, const Args& a) {
   if (sub != "enable" && sub != "ensure") usage("partitions enable|ensure [--months-ahead N]");
   const idemledger::PartitioningOptions options{
       .schema = a.schema, .months_ahead = static_cast<int>(a.number("--months-ahead", 3, 0, 120))};
+  // One transaction, one statement: nothing to count while it runs, so the
+  // operator is told what it holds and, at the end, how long it took.
+  const absl::Time started = absl::Now();
+  if (sub == "enable" && !a.quiet) {
+    std::fprintf(stderr,
+                 "partitions enable: copying both history tables in one transaction; they stay "
+                 "locked until it commits\n");
+  }
   const int created = must(sub == "enable" ? idemledger::enable_monthly_partitioning(c, options)
                                            : idemledger::ensure_monthly_partitions(c, options));
+  if (sub == "enable" && !a.quiet) {
+    std::fprintf(stderr, "partitions enable: done in %s\n",
+                 idemledger::admin::human_duration(absl::Now() - started).c_str());
+  }
   std::printf("schema %s: monthly partitions %s; %d created\n",
               std::string(a.schema.name()).c_str(),
               must(idemledger::is_partitioned(c, a.schema)) ? "on" : "off (enable first)", created);

@@ -26,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "idemledger/core/progress.hpp"
 #include "idemledger/core/schema.hpp"
 
 namespace idemledger {
@@ -44,6 +45,9 @@ struct CleanupOptions {
   std::int64_t batch_size = 1000;
   absl::Duration pause = absl::Milliseconds(50);  // between batches
   std::int64_t max_batches = 0;                   // 0 = until nothing is left
+  // After each batch: records deleted of those expired at the start (counted
+  // only when a callback is given: one scan of the table).
+  ProgressFn progress;
 };
 
 struct CleanupReport {

@@ -32,6 +32,7 @@
 #include "idemledger/core/alert.hpp"
 #include "idemledger/core/connection.hpp"
 #include "idemledger/core/log.hpp"
+#include "idemledger/core/progress.hpp"
 #include "idemledger/core/schema.hpp"
 #include "idemledger/ledger/ledger.hpp"
 #include "idemledger/ledger/metrics.hpp"
@@ -70,6 +71,8 @@ struct ReconcilerOptions {
   AlertSink* alerts = nullptr;       // nullptr means stderr_alert_sink()
   LedgerMetrics* metrics = nullptr;  // runs by result; nullptr records nothing
   LogSink* log = nullptr;            // one line per run; nullptr logs nothing
+  // A full pass: after each batch, users checked of those counted at the start.
+  ProgressFn progress;
 };
 
 class Reconciler {
