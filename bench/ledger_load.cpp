@@ -2,6 +2,7 @@
 //
 //   ledger_load --dsn DSN [--clients 4] [--seconds 20] [--history 100000] [--unnamed]
 //               [--metrics] [--partitioned] [--workload deposit|hold_post]
+//               [--latency-log FILE]
 //
 // Sets up schema "bench" like the reference workloads' start state (10,000
 // users, N historical confirmed deposits, VACUUM ANALYZEd), then runs
@@ -10,10 +11,12 @@
 // call; --partitioned converts the schema to monthly partitions after the
 // history is loaded. --workload hold_post runs two-phase withdrawals instead:
 // hold (amount + fee) then post, each its own transaction; one "operation" is
-// the pair. Prints one line:
+// the pair. --latency-log writes every operation's latency (µs, one per line,
+// ascending) for bench/plots/latency.gp. Prints one line:
 //   RESULT name=idemledger clients=4 deposits=... tps=... p50_us=... p99_us=...
 // bench/run_load.sh runs it beside pgbench on the same server and prints ratios.
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -41,6 +44,7 @@ struct Options {
   bool metrics = false;
   bool partitioned = false;
   bool hold_post = false;
+  std::string latency_log;  // empty: none
 };
 
 bool run(idemledger::Connection& c, const std::string& sql) {
@@ -120,6 +124,8 @@ int main(int argc, char** argv) {
       o.metrics = true;
     else if (a == "--partitioned")
       o.partitioned = true;
+    else if (a == "--latency-log" && i + 1 < argc)
+      o.latency_log = value();
     else if (a == "--workload" && i + 1 < argc &&
              (std::string_view(argv[i + 1]) == "deposit" ||
               std::string_view(argv[i + 1]) == "hold_post"))
@@ -127,7 +133,8 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: ledger_load --dsn DSN [--clients N] [--seconds S] [--history N] "
-                   "[--unnamed] [--metrics] [--partitioned] [--workload deposit|hold_post]\n");
+                   "[--unnamed] [--metrics] [--partitioned] [--workload deposit|hold_post] "
+                   "[--latency-log FILE]\n");
       return 2;
     }
   }
@@ -233,6 +240,16 @@ int main(int argc, char** argv) {
   const auto pct = [&](int p) {
     return all[std::min(all.size() - 1, all.size() * static_cast<std::size_t>(p) / 100)];
   };
+
+  if (!o.latency_log.empty()) {
+    std::FILE* log = std::fopen(o.latency_log.c_str(), "w");
+    if (log == nullptr) {
+      std::fprintf(stderr, "cannot write %s: %s\n", o.latency_log.c_str(), std::strerror(errno));
+      return 1;
+    }
+    for (const std::int64_t us : all) std::fprintf(log, "%lld\n", static_cast<long long>(us));
+    std::fclose(log);
+  }
 
   absl::StatusOr<std::vector<idemledger::BalanceMismatch>> mismatches =
       ledger.find_balance_mismatches(**admin);

@@ -14,6 +14,9 @@
 # Then, on the same server, the whole service (webhook_intake + 2 outbox_worker
 # processes, 16 provider senders, SIM_EVENTS events): webhook -> confirmed
 # events/s and time-to-confirm, next to the bare process_deposit figure.
+# In the first round it also runs the three deposit workloads at 1 client and
+# the seed at 16, and then draws build/bench-results/throughput_vs_clients.svg
+# and latency.svg with gnuplot (scripts/plot.sh), beside the data they show.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 clients=${1:-4} seconds=${2:-20} rounds=${3:-1}
@@ -24,6 +27,8 @@ if [[ -z "${IDEMLEDGER_PG_PORT:-}" ]]; then
 fi
 
 ref=bench/reference
+results=build/bench-results
+mkdir -p "$results"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 conn=(-h "$IDEMLEDGER_PG_SOCKET" -p "$IDEMLEDGER_PG_PORT" -U postgres)
@@ -50,6 +55,8 @@ run_pgbench() {
   local tps
   tps=$(echo "$out" | awk '/^tps = / {printf "%d", $3; exit}')
   echo "$name $tps $(percentile "$work/all" 50) $(percentile "$work/all" 99)" >>"$work/results"
+  # Every latency of the run (µs, ascending), for the latency chart.
+  awk '{print $3}' "$work/all" | sort -n >"$results/latency_$name.txt"
 }
 
 reset_seed() { "${psql[@]}" -d seedref -v hist=100000 -f "$ref/seed_reset.sql" >/dev/null 2>&1; "${psql[@]}" -d seedref -c "VACUUM ANALYZE" -c "CHECKPOINT"; }
@@ -64,7 +71,7 @@ for round in $(seq 1 "$rounds"); do
       | awk -v name="$name" '/^RESULT/ {for (i = 1; i <= NF; i++) {split($i, kv, "="); v[kv[1]] = kv[2]}
                                          print name, v["tps"], v["p50_us"], v["p99_us"]}' >>"$work/results"
   }
-  ledger_load idemledger
+  ledger_load idemledger --latency-log "$results/latency_idemledger.txt"
   ledger_load idemledger_metrics --metrics
   ledger_load idemledger_partitioned --partitioned
   ledger_load hold_post --workload hold_post
@@ -76,13 +83,23 @@ for round in $(seq 1 "$rounds"); do
   reset_seed
   clients=16 run_pgbench one_statement_c16 seedref -f "$ref/one_statement.sql"
   run_pgbench simple_update builtin -b simple-update
+  if ((round == 1)); then  # the rest of the curve by clients, once
+    clients=1 ledger_load idemledger_c1
+    reset_seed
+    clients=1 run_pgbench one_statement_c1 seedref -f "$ref/one_statement.sql"
+    reset_seed
+    clients=1 run_pgbench seed_sequence_c1 seedref -f "$ref/seed_sequence.sql"
+    reset_seed
+    clients=16 run_pgbench seed_sequence_c16 seedref -f "$ref/seed_sequence.sql"
+  fi
 done
 
 # Median of each column per workload, then the table.
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 declare -A tps p50 p99
 workloads=(idemledger idemledger_metrics idemledger_partitioned seed_sequence one_statement simple_update)
-for w in "${workloads[@]}" hold_post idemledger_c16 one_statement_c16; do
+for w in "${workloads[@]}" hold_post idemledger_c16 one_statement_c16 idemledger_c1 \
+  one_statement_c1 seed_sequence_c1 seed_sequence_c16; do
   tps[$w]=$(awk -v w="$w" '$1==w {print $2}' "$work/results" | median)
   p50[$w]=$(awk -v w="$w" '$1==w {print $3}' "$work/results" | median)
   p99[$w]=$(awk -v w="$w" '$1==w {print $4}' "$work/results" | median)
@@ -107,6 +124,20 @@ printf '%-40s %10s %10s %12s\n' workload "$clients clients" "16 clients" "16 / $
 printf '%-40s %10s %10s %12s\n' "idemledger process_deposit" "${tps[idemledger]}" "${tps[idemledger_c16]}" "$(ratio "${tps[idemledger_c16]}" "${tps[idemledger]}")"
 printf '%-40s %10s %10s %12s\n' "floor: one data-modifying CTE" "${tps[one_statement]}" "${tps[one_statement_c16]}" "$(ratio "${tps[one_statement_c16]}" "${tps[one_statement]}")"
 printf '%-40s %10s %12s\n' "idemledger / floor at 16 clients" "" "$(ratio "${tps[idemledger_c16]}" "${tps[one_statement_c16]}")"
+
+printf '\nDeposits/s by clients (1 and 16: first round only)\n'
+printf '%-40s %10s %10s %10s\n' workload "1 client" "$clients clients" "16 clients"
+printf '%-40s %10s %10s %10s\n' "idemledger process_deposit" "${tps[idemledger_c1]}" "${tps[idemledger]}" "${tps[idemledger_c16]}"
+printf '%-40s %10s %10s %10s\n' "floor: one data-modifying CTE" "${tps[one_statement_c1]}" "${tps[one_statement]}" "${tps[one_statement_c16]}"
+printf '%-40s %10s %10s %10s\n' "seed: 13-statement sequence" "${tps[seed_sequence_c1]}" "${tps[seed_sequence]}" "${tps[seed_sequence_c16]}"
+{
+  echo "1 ${tps[idemledger_c1]} ${tps[one_statement_c1]} ${tps[seed_sequence_c1]}"
+  echo "$clients ${tps[idemledger]} ${tps[one_statement]} ${tps[seed_sequence]}"
+  echo "16 ${tps[idemledger_c16]} ${tps[one_statement_c16]} ${tps[seed_sequence_c16]}"
+} >"$results/throughput.tsv"
+bash scripts/plot.sh throughput "$results/throughput.tsv" "$results/throughput_vs_clients.svg" >&2
+bash scripts/plot.sh latency "$results/latency_idemledger.txt" "$results/latency_one_statement.txt" \
+  "$results/latency_seed_sequence.txt" "$clients" "$results/latency.svg" >&2
 
 printf '\nTwo-phase withdrawals, %s clients (hold amount + fee, then post it: two transactions each)\n' "$clients"
 printf '%-40s %10s %9s %9s\n' workload "pairs/s" "p50 µs" "p99 µs"

@@ -54,6 +54,10 @@ export IDEMLEDGER_WEBHOOK_SECRET=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
 export IDEMLEDGER_DLQ_SPOOL_KEY=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
 export IDEMLEDGER_DSN="$IDEMLEDGER_TEST_DSN"
 started=$(date +%s)
+# What was done when, for the timeline chart: one file per kind, one time a line.
+marks=(worker_kill relay_kill api_outage db_restart db_crash)
+for m in "${marks[@]}"; do : >"$logs/marks_$m.tsv"; done
+mark() { date +%s.%N >>"$logs/marks_$1.tsv"; }
 "$bin/provider_simulator/provider_simulator" setup >/dev/null
 
 pids=()
@@ -110,18 +114,19 @@ while (($(date +%s) < chaos_end)); do
   tick=$((tick + 1))
   if ((tick % 4 == 0)); then  # ~2 s: SIGKILL a worker mid-whatever, start a new one
     w=$((RANDOM % 4 + 1))
-    kill -KILL "${worker_pid[$w]}" 2>/dev/null && kills=$((kills + 1))
+    kill -KILL "${worker_pid[$w]}" 2>/dev/null && kills=$((kills + 1)) && mark worker_kill
     wait "${worker_pid[$w]}" 2>/dev/null || true
     start_worker "$w"
   fi
   if ((tick % 14 == 7)); then  # ~7 s: SIGKILL a relay, deliveries in flight, start a new one
     r=$((RANDOM % 2 + 1))
-    kill -KILL "${relay_pid[$r]}" 2>/dev/null && relay_kills=$((relay_kills + 1))
+    kill -KILL "${relay_pid[$r]}" 2>/dev/null && relay_kills=$((relay_kills + 1)) && mark relay_kill
     wait "${relay_pid[$r]}" 2>/dev/null || true
     start_relay "$r"
   fi
   if ((tick % 40 == 20)); then  # ~20 s: the API answers 503 for 3 s
     mock_http POST "/control?mode=fail" >/dev/null
+    mark api_outage
     (sleep 3 && mock_http POST "/control?mode=ok" >/dev/null) &
     api_outages=$((api_outages + 1))
   fi
@@ -137,7 +142,7 @@ while (($(date +%s) < chaos_end)); do
   fi
   # Restarts spread over the chaos window; the second one is a crash.
   if ((db_restarts < restarts && $(date +%s) >= chaos_end - chaos_s + (db_restarts + 1) * chaos_s / (restarts + 1))); then
-    if ((db_restarts == 1)); then pg_stop immediate; else pg_stop fast; fi
+    if ((db_restarts == 1)); then mark db_crash; pg_stop immediate; else mark db_restart; pg_stop fast; fi
     sleep 1
     pg_start
     db_restarts=$((db_restarts + 1))
@@ -229,6 +234,12 @@ mock_stats=$(mock_http GET /stats)
 mock_stat() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p" <<<"$mock_stats"; }
 received=$(mock_stat unique) received_twice=$(mock_stat duplicates)
 wall=$(($(date +%s) - started))
+# The timeline: events recorded and confirmed per second, and its chart.
+per_second() { sql "SELECT extract(epoch FROM date_trunc('second', $1))::bigint, count(*)
+                    FROM $schema.payment_events $2 GROUP BY 1 ORDER BY 1" | tr '|' ' '; }
+per_second created_at "" >"$logs/recorded.tsv"
+per_second updated_at "WHERE status = 'confirmed'" >"$logs/confirmed.tsv"
+bash scripts/plot.sh soak "$logs" "$started" "$logs/soak_timeline.svg"
 
 violations=0
 row() { printf '  %-44s %s\n' "$1" "$2"; }
