@@ -125,7 +125,7 @@ printf '%-40s %10s %10s %12s\n' "idemledger process_deposit" "${tps[idemledger]}
 printf '%-40s %10s %10s %12s\n' "floor: one data-modifying CTE" "${tps[one_statement]}" "${tps[one_statement_c16]}" "$(ratio "${tps[one_statement_c16]}" "${tps[one_statement]}")"
 printf '%-40s %10s %12s\n' "idemledger / floor at 16 clients" "" "$(ratio "${tps[idemledger_c16]}" "${tps[one_statement_c16]}")"
 
-printf '\nDeposits/s by clients (1 and 16: first round only)\n'
+printf '\nDeposits/s by clients (1 client, and the seed at 16: first round only)\n'
 printf '%-40s %10s %10s %10s\n' workload "1 client" "$clients clients" "16 clients"
 printf '%-40s %10s %10s %10s\n' "idemledger process_deposit" "${tps[idemledger_c1]}" "${tps[idemledger]}" "${tps[idemledger_c16]}"
 printf '%-40s %10s %10s %10s\n' "floor: one data-modifying CTE" "${tps[one_statement_c1]}" "${tps[one_statement]}" "${tps[one_statement_c16]}"

@@ -4,7 +4,7 @@
 # dir holds: recorded.tsv, confirmed.tsv ("epoch count" per second) and
 # marks_<kind>.tsv ("epoch" per line) for kind in worker_kill relay_kill
 # api_outage db_restart db_crash (tests/chaos/run.sh writes them).
-set terminal svg size 900,460 dynamic font "sans,12" background rgb "white"
+set terminal svg size 900,460 dynamic noenhanced font "sans,12" background rgb "white"
 set output out
 set title "Chaos soak: events per second while workers, relays, sessions and the database are killed"
 set xlabel "seconds since the start"

@@ -1,13 +1,14 @@
 # Deposits/s against client count: idemledger beside the two yardsticks.
 # gnuplot -e "data='throughput.tsv'; out='throughput_vs_clients.svg'" throughput.gp
 # data: "clients idemledger floor seed" per line (bench/run_load.sh writes it).
-set terminal svg size 760,440 dynamic font "sans,12" background rgb "white"
+set terminal svg size 760,440 dynamic noenhanced font "sans,12" background rgb "white"
 set output out
 set title "Deposits per second by clients — one private PostgreSQL, fsync on, one run"
 set xlabel "clients (connections)"
 set ylabel "deposits/s"
 set logscale x 2
 set xtics (1, 2, 4, 8, 16, 32)
+set xrange [0.8:20]
 set yrange [0:*]
 set grid
 set key top left

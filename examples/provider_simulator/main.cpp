@@ -166,10 +166,17 @@ std::string body_of(const SimEvent& e, const Delivery& d) {
     case Kind::kConflictFee:
       j["fee"] = "7";
       break;
-    case Kind::kConflictCapture:  // the same confirmation, capturing another amount
-      j["amount"] = std::string(kAssets[e.asset].unit);
+    case Kind::kConflictCapture: {  // the same confirmation, capturing another amount
+      // One unit, or, when the confirmation itself captured in part (the hold
+      // less one unit), one unit more than it did: never what it captured,
+      // even for a hold of exactly two units.
+      const idemledger::Amount unit = *idemledger::Amount::parse(kAssets[e.asset].unit);
+      j["amount"] = e.amount.empty()
+                        ? unit.to_string()
+                        : idemledger::Amount::parse(e.amount)->checked_add(unit)->to_string();
       j["fee"] = "0";
       break;
+    }
     default:
       break;
   }
