@@ -16,8 +16,8 @@
 //   RESULT name=idemledger clients=4 deposits=... tps=... p50_us=... p99_us=...
 // bench/run_load.sh runs it beside pgbench on the same server and prints ratios.
 #include <algorithm>
-#include <cerrno>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -154,7 +154,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  idemledger::MetricsRegistry registry;
+  prometheus::Registry registry;
   idemledger::LedgerMetrics metrics(registry);
   const idemledger::Ledger ledger({.schema = kSchema, .metrics = o.metrics ? &metrics : nullptr});
   std::vector<idemledger::Amount> amounts;  // 0.01 .. 10000.00, like the reference scripts
@@ -257,9 +257,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "reconciliation failed after the load\n");
     return 1;
   }
-  if (o.metrics && metrics.applied.value() != all.size()) {
+  if (o.metrics && static_cast<std::size_t>(metrics.applied.Value()) != all.size()) {
     std::fprintf(stderr, "metrics counted %llu applied, the driver %zu\n",
-                 static_cast<unsigned long long>(metrics.applied.value()), all.size());
+                 static_cast<unsigned long long>(metrics.applied.Value()), all.size());
     return 1;
   }
   std::printf(

@@ -9,3 +9,5 @@ find_package(OpenSSL REQUIRED COMPONENTS Crypto)
 find_package(PostgreSQL REQUIRED)
 find_package(nlohmann_json 3 CONFIG REQUIRED)
 find_package(Threads REQUIRED)
+# prometheus-cpp (Debian's prometheus-cpp-dev): the library's instruments.
+find_package(prometheus-cpp CONFIG REQUIRED)

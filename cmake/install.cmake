@@ -49,7 +49,8 @@ install(FILES ${PROJECT_BINARY_DIR}/idemledgerConfig.cmake
 # Requires when it is a static archive, whose consumer must link it. (Not
 # --static: Debian's libpq.pc then asks for libpq's own static dependencies,
 # which Debian does not ship.)
-set(_pc_requires_core "absl_status absl_statusor absl_strings absl_time absl_flat_hash_map")
+set(_pc_requires_core
+    "absl_status absl_statusor absl_strings absl_time absl_flat_hash_map prometheus-cpp-core")
 set(_pc_private_core "fmt")
 set(_pc_requires_ledger "idemledger-core")
 set(_pc_private_ledger "fmt libcrypto")

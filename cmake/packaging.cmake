@@ -85,7 +85,8 @@ foreach(m IN LISTS IDEMLEDGER_MODULES)
 endforeach()
 string(JOIN ", " _all_libs ${_all_libs})
 # The headers use Abseil; pkg-config's Requires.private name fmt, OpenSSL and libpq.
-set(_depends_dev "${_all_libs}, libabsl-dev, libfmt-dev, libssl-dev, libpq-dev, pkg-config")
+set(_depends_dev
+    "${_all_libs}, libabsl-dev, libfmt-dev, libssl-dev, libpq-dev, prometheus-cpp-dev, pkg-config")
 set(_depends_admin "${_all_libs}")
 set(_depends_services "${_all_libs}")
 

@@ -3,7 +3,7 @@
 # arguments, e.g. clang for the fuzzers), and only those missing.
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config git
-  libpq-dev libabsl-dev libfmt-dev libboost-dev libssl-dev nlohmann-json3-dev
+  libpq-dev libabsl-dev libfmt-dev libboost-dev libssl-dev nlohmann-json3-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev libyaml-cpp-dev
   postgresql-15 postgresql-client-15 pgbouncer openssl systemd man-db prometheus "$@")
 missing=()

@@ -30,7 +30,7 @@ inline int bind_loopback(httplib::Server& server, long port) {
 }
 
 // Answers a scrape (common/metrics.hpp).
-inline void serve_metrics(httplib::Response& res, idemledger::MetricsRegistry& registry,
+inline void serve_metrics(httplib::Response& res, prometheus::Registry& registry,
                           idemledger::LedgerMetrics& metrics, idemledger::pg::Pool& pool,
                           const idemledger::Schema& schema) {
   res.set_content(scrape_text(registry, metrics, pool, schema), kPrometheusContentType);

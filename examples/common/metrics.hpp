@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "idemledger/core/metrics.hpp"
 #include "idemledger/ledger/metrics.hpp"
 #include "idemledger/pg/pool.hpp"
 
@@ -15,16 +16,14 @@ namespace example {
 
 inline constexpr char kPrometheusContentType[] = "text/plain; version=0.0.4; charset=utf-8";
 
-inline std::string scrape_text(idemledger::MetricsRegistry& registry,
-                               idemledger::LedgerMetrics& metrics, idemledger::pg::Pool& pool,
-                               const idemledger::Schema& schema) {
+inline std::string scrape_text(prometheus::Registry& registry, idemledger::LedgerMetrics& metrics,
+                               idemledger::pg::Pool& pool, const idemledger::Schema& schema) {
   absl::StatusOr<idemledger::pg::PooledConnection> conn = pool.acquire();
   const bool up = conn.ok() && idemledger::refresh_queue_gauges(**conn, schema, metrics).ok();
-  registry
-      .gauge("idemledger_metrics_database_up",
-             "1 if the last scrape read the queue gauges from the database.")
-      .set(up ? 1 : 0);
-  return registry.render();
+  idemledger::gauge(registry, "idemledger_metrics_database_up",
+                    "1 if the last scrape read the queue gauges from the database.")
+      .Set(up ? 1 : 0);
+  return idemledger::render(registry);
 }
 
 }  // namespace example

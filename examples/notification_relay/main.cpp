@@ -53,7 +53,7 @@ int main() {
                : absl::InvalidArgumentError("a string event_id is required");
   };
 
-  idemledger::MetricsRegistry registry;
+  prometheus::Registry registry;
   idemledger::JsonLineLogSink logs(stdout);
   idemledger::RelayOptions options{
       .schema = schema,
@@ -112,7 +112,7 @@ int main() {
   example::install_stop_handlers();
 
   const example::MetricsEndpoint metrics_endpoint(metrics_port, [&](httplib::Response& res) {
-    res.set_content(registry.render(), example::kPrometheusContentType);
+    res.set_content(idemledger::render(registry), example::kPrometheusContentType);
   });
 
   example::log("info", {{"msg", "relay started"},

@@ -42,7 +42,7 @@ int main() {
   const std::string spool = example::env_string("IDEMLEDGER_DLQ_SPOOL", "dead_letters.spool");
   const long metrics_port = example::env_long("IDEMLEDGER_METRICS_PORT", -1, -1, 65535);
 
-  idemledger::MetricsRegistry registry;
+  prometheus::Registry registry;
   idemledger::LedgerMetrics metrics(registry);
   // The library's own lines (one per event, with intake's trace id; spool
   // writes and drains; recoveries) go to stdout beside ours.

@@ -150,13 +150,13 @@ int run() {
        .max_size = static_cast<std::size_t>(threads + 2),
        .connection = {.prepared_statements = example::env_prepared_statements()}});
   RateLimiter limiter(rate);
-  idemledger::MetricsRegistry registry;
+  prometheus::Registry registry;
   idemledger::LedgerMetrics queue_metrics(registry);
   const auto count_request = [&registry](int status, std::string_view result) {
-    registry
-        .counter("idemledger_webhook_requests_total", "Webhook deliveries answered, by status.",
-                 {{"status", std::to_string(status)}, {"result", std::string(result)}})
-        .increment();
+    idemledger::counter(registry, "idemledger_webhook_requests_total",
+                        "Webhook deliveries answered, by status.",
+                        {{"status", std::to_string(status)}, {"result", std::string(result)}})
+        .Increment();
   };
 
   const auto webhook = [&](const example::http::Request& req) -> example::http::Response {

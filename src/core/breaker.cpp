@@ -4,15 +4,15 @@ namespace idemledger {
 
 LocalBreaker::LocalBreaker(BreakerOptions options) : options_(std::move(options)) {
   if (options_.metrics != nullptr) {
-    state_gauge_ = &options_.metrics->gauge(
-        "idemledger_circuit_breaker_state",
-        "Circuit breaker state as this process last saw it: 0 closed, 1 open, 2 half-open.",
-        {{"breaker", options_.name}});
+    state_gauge_ =
+        &gauge(*options_.metrics, "idemledger_circuit_breaker_state",
+               "Circuit breaker state as this process last saw it: 0 closed, 1 open, 2 half-open.",
+               {{"breaker", options_.name}});
   }
 }
 
 void LocalBreaker::publish(BreakerState state) const {
-  if (state_gauge_ != nullptr) state_gauge_->set(static_cast<std::int64_t>(state));
+  if (state_gauge_ != nullptr) state_gauge_->Set(static_cast<double>(state));
 }
 
 BreakerState LocalBreaker::state() const {

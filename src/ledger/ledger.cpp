@@ -239,17 +239,18 @@ void Ledger::record(absl::Time start, const absl::Status& status, std::string_vi
                     std::optional<std::string_view> asset) const {
   if (options_.metrics == nullptr) return;
   LedgerMetrics& m = *options_.metrics;
-  m.apply_duration.observe(absl::Now() - start);
+  observe(m.apply_duration, absl::Now() - start);
   if (!status.ok()) {
-    (status.code() == absl::StatusCode::kAlreadyExists ? m.conflicts : m.errors).increment();
+    (status.code() == absl::StatusCode::kAlreadyExists ? m.conflicts : m.errors).Increment();
     return;
   }
   // Outcome and HoldOutcome share their names.
-  Counter& counter = outcome == to_string(Outcome::kApplied)             ? m.applied
-                     : outcome == to_string(Outcome::kAlreadyApplied)    ? m.duplicates
-                     : outcome == to_string(Outcome::kInsufficientFunds) ? m.insufficient_funds
-                                                                         : m.refused;
-  counter.increment();
+  prometheus::Counter& counter = outcome == to_string(Outcome::kApplied)          ? m.applied
+                                 : outcome == to_string(Outcome::kAlreadyApplied) ? m.duplicates
+                                 : outcome == to_string(Outcome::kInsufficientFunds)
+                                     ? m.insufficient_funds
+                                     : m.refused;
+  counter.Increment();
   // The database accepted the asset: a registered one, so the label is bounded.
   if (asset) m.count_for_asset(*asset, outcome);
 }
@@ -413,7 +414,7 @@ absl::StatusOr<int> Ledger::expire_holds(Connection& conn, int limit) const {
       Params(limit, options_.write_notifications));
   if (!r.ok()) return mark_idempotent(r.status());  // a state compare-and-set: safe to rerun
   if (options_.metrics != nullptr) {
-    options_.metrics->holds_expired.increment(static_cast<std::uint64_t>(r->rows.size()));
+    options_.metrics->holds_expired.Increment(static_cast<double>(r->rows.size()));
   }
   return static_cast<int>(r->rows.size());
 }

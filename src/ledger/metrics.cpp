@@ -3,6 +3,7 @@
 #include <array>
 
 #include "idemledger/core/connection.hpp"
+#include "src/core/internal/absl_compat.hpp"
 
 namespace idemledger {
 namespace {
@@ -22,73 +23,78 @@ constexpr std::string_view kOldestHelp =
     "Seconds the longest-waiting event of each status has not moved; 0 if there is none.";
 }  // namespace
 
-LedgerMetrics::LedgerMetrics(MetricsRegistry& r)
+LedgerMetrics::LedgerMetrics(prometheus::Registry& r)
     : registry(r),
-      applied(r.counter(kOutcomes, kOutcomesHelp, {{"outcome", "applied"}})),
-      duplicates(r.counter(kOutcomes, kOutcomesHelp, {{"outcome", "duplicate"}})),
-      insufficient_funds(r.counter(kOutcomes, kOutcomesHelp, {{"outcome", "insufficient_funds"}})),
-      conflicts(r.counter(kOutcomes, kOutcomesHelp, {{"outcome", "conflict"}})),
-      errors(r.counter(kOutcomes, kOutcomesHelp, {{"outcome", "error"}})),
-      refused(r.counter(kOutcomes, kOutcomesHelp, {{"outcome", "refused"}})),
-      holds_expired(r.counter("idemledger_holds_expired_total",
-                              "Holds the sweeper released past their expiry.")),
-      apply_duration(r.histogram("idemledger_apply_duration_seconds",
-                                 "One Ledger call (one transaction), measured by the client.",
-                                 default_latency_buckets())),
-      retries_scheduled(r.counter("idemledger_retries_scheduled_total",
-                                  "Transient failures sent back to pending with a backoff.")),
-      dead_lettered_failed(r.counter(kDeadLettered, kDeadLetteredHelp, {{"reason", "failed"}})),
+      applied(counter(r, kOutcomes, kOutcomesHelp, {{"outcome", "applied"}})),
+      duplicates(counter(r, kOutcomes, kOutcomesHelp, {{"outcome", "duplicate"}})),
+      insufficient_funds(counter(r, kOutcomes, kOutcomesHelp, {{"outcome", "insufficient_funds"}})),
+      conflicts(counter(r, kOutcomes, kOutcomesHelp, {{"outcome", "conflict"}})),
+      errors(counter(r, kOutcomes, kOutcomesHelp, {{"outcome", "error"}})),
+      refused(counter(r, kOutcomes, kOutcomesHelp, {{"outcome", "refused"}})),
+      holds_expired(counter(r, "idemledger_holds_expired_total",
+                            "Holds the sweeper released past their expiry.")),
+      apply_duration(histogram(r, "idemledger_apply_duration_seconds",
+                               "One Ledger call (one transaction), measured by the client.",
+                               default_latency_buckets())),
+      retries_scheduled(counter(r, "idemledger_retries_scheduled_total",
+                                "Transient failures sent back to pending with a backoff.")),
+      dead_lettered_failed(counter(r, kDeadLettered, kDeadLetteredHelp, {{"reason", "failed"}})),
       dead_lettered_stale(
-          r.counter(kDeadLettered, kDeadLetteredHelp, {{"reason", "stale_recoveries_exhausted"}})),
-      recovered(r.counter("idemledger_recovered_total",
-                          "Expired leases returned to pending by recover_stale().")),
-      time_to_confirm(r.histogram("idemledger_time_to_confirm_seconds",
-                                  "From intake recording an event to its final status.",
-                                  default_latency_buckets())),
+          counter(r, kDeadLettered, kDeadLetteredHelp, {{"reason", "stale_recoveries_exhausted"}})),
+      recovered(counter(r, "idemledger_recovered_total",
+                        "Expired leases returned to pending by recover_stale().")),
+      time_to_confirm(histogram(r, "idemledger_time_to_confirm_seconds",
+                                "From intake recording an event to its final status.",
+                                default_latency_buckets())),
       reconciliations_clean(
-          r.counter(kReconciliations, kReconciliationsHelp, {{"result", "clean"}})),
+          counter(r, kReconciliations, kReconciliationsHelp, {{"result", "clean"}})),
       reconciliations_with_findings(
-          r.counter(kReconciliations, kReconciliationsHelp, {{"result", "findings"}})),
-      queue_pending(r.gauge(kQueue, kQueueHelp, {{"status", "pending"}})),
-      queue_enqueued(r.gauge(kQueue, kQueueHelp, {{"status", "enqueued"}})),
-      queue_processing(r.gauge(kQueue, kQueueHelp, {{"status", "processing"}})),
+          counter(r, kReconciliations, kReconciliationsHelp, {{"result", "findings"}})),
+      queue_pending(gauge(r, kQueue, kQueueHelp, {{"status", "pending"}})),
+      queue_enqueued(gauge(r, kQueue, kQueueHelp, {{"status", "enqueued"}})),
+      queue_processing(gauge(r, kQueue, kQueueHelp, {{"status", "processing"}})),
       dead_letters_open(
-          r.gauge("idemledger_dead_letters_open", "Dead letters no operator has resolved yet.")),
-      last_reconciliation(r.gauge("idemledger_last_reconciliation_timestamp_seconds",
-                                  "Unix time the last reconciliation run finished; 0 if none.")),
-      holds_open(r.gauge("idemledger_holds_open", "Holds reserving funds now.")),
-      holds_overdue(r.gauge("idemledger_holds_overdue",
-                            "Holds still reserving funds past their expiry (sweeper behind).")),
-      oldest_pending(r.gauge(kOldest, kOldestHelp, {{"status", "pending"}})),
-      oldest_enqueued(r.gauge(kOldest, kOldestHelp, {{"status", "enqueued"}})),
-      oldest_processing(r.gauge(kOldest, kOldestHelp, {{"status", "processing"}})),
+          gauge(r, "idemledger_dead_letters_open", "Dead letters no operator has resolved yet.")),
+      last_reconciliation(gauge(r, "idemledger_last_reconciliation_timestamp_seconds",
+                                "Unix time the last reconciliation run finished; 0 if none.")),
+      holds_open(gauge(r, "idemledger_holds_open", "Holds reserving funds now.")),
+      holds_overdue(gauge(r, "idemledger_holds_overdue",
+                          "Holds still reserving funds past their expiry (sweeper behind).")),
+      oldest_pending(gauge(r, kOldest, kOldestHelp, {{"status", "pending"}})),
+      oldest_enqueued(gauge(r, kOldest, kOldestHelp, {{"status", "enqueued"}})),
+      oldest_processing(gauge(r, kOldest, kOldestHelp, {{"status", "processing"}})),
       oldest_pending_record(
-          r.gauge("idemledger_idempotency_pending_oldest_seconds",
-                  "Seconds the oldest idempotency record has stayed pending; 0 if none.")),
+          gauge(r, "idemledger_idempotency_pending_oldest_seconds",
+                "Seconds the oldest idempotency record has stayed pending; 0 if none.")),
       last_reconciliation_findings(
-          r.gauge("idemledger_last_reconciliation_findings",
-                  "Mismatches plus duplicates the last reconciliation run found.")),
+          gauge(r, "idemledger_last_reconciliation_findings",
+                "Mismatches plus duplicates the last reconciliation run found.")),
       next_month_partition_missing(
-          r.gauge("idemledger_next_month_partition_missing",
-                  "1 when a partitioned schema has no partition for next month yet.")) {}
+          gauge(r, "idemledger_next_month_partition_missing",
+                "1 when a partitioned schema has no partition for next month yet.")) {}
 
 void LedgerMetrics::count_for_asset(std::string_view asset, std::string_view outcome) {
-  std::string label(asset);
+  prometheus::Counter* found = nullptr;
   {
     MutexLock lock(&mu_);
-    if (!assets_seen_.contains(label)) {
-      if (assets_seen_.size() >= kMaxAssets) {
-        label = "other";
-      } else {
-        assets_seen_.insert(label);
-      }
+    auto it = assets_.find(internal::to_absl(asset));
+    if (it == assets_.end()) {
+      const std::string label = assets_.size() < kMaxAssets ? std::string(asset) : "other";
+      it = assets_.try_emplace(label).first;
+    }
+    AssetSeries& s = it->second;
+    for (std::size_t i = 0; i < s.size && found == nullptr; ++i) {
+      if (s.by_outcome[i].first == outcome) found = s.by_outcome[i].second;
+    }
+    if (found == nullptr) {
+      found = &counter(registry, "idemledger_asset_outcomes_total",
+                       "Ledger calls the database accepted, by asset and outcome.",
+                       {{"asset", it->first}, {"outcome", std::string(outcome)}});
+      // Outcome names are a fixed handful; past the cache, the registry answers.
+      if (s.size < s.by_outcome.size()) s.by_outcome[s.size++] = {std::string(outcome), found};
     }
   }
-  registry
-      .counter("idemledger_asset_outcomes_total",
-               "Ledger calls the database accepted, by asset and outcome.",
-               {{"asset", label}, {"outcome", std::string(outcome)}})
-      .increment();
+  found->Increment();
 }
 
 absl::Status refresh_queue_gauges(Connection& conn, const Schema& schema, LedgerMetrics& metrics) {
@@ -117,23 +123,23 @@ absl::Status refresh_queue_gauges(Connection& conn, const Schema& schema, Ledger
   if (!r.ok()) return r.status();
   absl::StatusOr<Row> row = r->single_row("refresh_queue_gauges");
   if (!row.ok()) return row.status();
-  const std::array<Gauge*, 13> gauges = {&metrics.queue_pending,
-                                         &metrics.queue_enqueued,
-                                         &metrics.queue_processing,
-                                         &metrics.dead_letters_open,
-                                         &metrics.last_reconciliation,
-                                         &metrics.holds_open,
-                                         &metrics.holds_overdue,
-                                         &metrics.oldest_pending,
-                                         &metrics.oldest_enqueued,
-                                         &metrics.oldest_processing,
-                                         &metrics.oldest_pending_record,
-                                         &metrics.last_reconciliation_findings,
-                                         &metrics.next_month_partition_missing};
+  const std::array<prometheus::Gauge*, 13> gauges = {&metrics.queue_pending,
+                                                     &metrics.queue_enqueued,
+                                                     &metrics.queue_processing,
+                                                     &metrics.dead_letters_open,
+                                                     &metrics.last_reconciliation,
+                                                     &metrics.holds_open,
+                                                     &metrics.holds_overdue,
+                                                     &metrics.oldest_pending,
+                                                     &metrics.oldest_enqueued,
+                                                     &metrics.oldest_processing,
+                                                     &metrics.oldest_pending_record,
+                                                     &metrics.last_reconciliation_findings,
+                                                     &metrics.next_month_partition_missing};
   for (std::size_t i = 0; i < gauges.size(); ++i) {
     absl::StatusOr<std::int64_t> v = row->get<std::int64_t>(i);
     if (!v.ok()) return v.status();
-    gauges[i]->set(*v);
+    gauges[i]->Set(static_cast<double>(*v));
   }
   return absl::OkStatus();
 }

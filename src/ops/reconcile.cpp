@@ -87,7 +87,7 @@ absl::Status Reconciler::finish(Connection& conn, std::string_view kind, absl::T
   if (options_.metrics != nullptr) {
     (report.clean() ? options_.metrics->reconciliations_clean
                     : options_.metrics->reconciliations_with_findings)
-        .increment();
+        .Increment();
   }
   if (!report.clean()) {
     AlertSink& sink = alert_sink_or_default(options_.alerts);

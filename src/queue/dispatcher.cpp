@@ -77,10 +77,10 @@ absl::StatusOr<Disposition> Dispatcher::process(Connection& conn,
   // Final now (kAlreadyApplied was final before this claim; the Ledger counts it).
   if (*d == Disposition::kApplied || *d == Disposition::kInsufficientFunds ||
       *d == Disposition::kFailed) {
-    m.time_to_confirm.observe(claimed.age_at_claim + (absl::Now() - claimed.claimed_at));
+    observe(m.time_to_confirm, claimed.age_at_claim + (absl::Now() - claimed.claimed_at));
   }
-  if (*d == Disposition::kFailed) m.dead_lettered_failed.increment();
-  if (*d == Disposition::kRetryScheduled) m.retries_scheduled.increment();
+  if (*d == Disposition::kFailed) m.dead_lettered_failed.Increment();
+  if (*d == Disposition::kRetryScheduled) m.retries_scheduled.Increment();
   return d;
 }
 
@@ -298,8 +298,8 @@ absl::StatusOr<RecoveryReport> Dispatcher::recover_stale(Connection& conn) const
     sink.alert({.severity = AlertSeverity::kCritical, .key = key, .message = message});
   }
   if (options_.metrics != nullptr) {
-    options_.metrics->recovered.increment(static_cast<std::uint64_t>(report.recovered));
-    options_.metrics->dead_lettered_stale.increment(static_cast<std::uint64_t>(report.failed));
+    options_.metrics->recovered.Increment(static_cast<double>(report.recovered));
+    options_.metrics->dead_lettered_stale.Increment(static_cast<double>(report.failed));
   }
   return report;
 }

@@ -45,13 +45,13 @@ Relay::Relay(RelayOptions options)
   constexpr std::string_view kHelp =
       "Messages the delivery relay finished, by what became of them.";
   for (const auto& [d, name] : kRelayDispositionNames.entries) {
-    results_[static_cast<int>(d)] = &metrics_->counter("idemledger_relay_messages_total", kHelp,
-                                                       {{"result", std::string(name)}});
+    results_[static_cast<int>(d)] = &counter(*metrics_, "idemledger_relay_messages_total", kHelp,
+                                             {{"result", std::string(name)}});
   }
-  mode_gauge_ = &metrics_->gauge("idemledger_relay_mode",
-                                 "Relay mode this process is in: 0 normal, 1 paused, 2 draining.");
+  mode_gauge_ = &gauge(*metrics_, "idemledger_relay_mode",
+                       "Relay mode this process is in: 0 normal, 1 paused, 2 draining.");
   in_flight_gauge_ =
-      &metrics_->gauge("idemledger_relay_in_flight", "Deliveries this process holds right now.");
+      &gauge(*metrics_, "idemledger_relay_in_flight", "Deliveries this process holds right now.");
 }
 
 Relay::~Relay() = default;
@@ -212,16 +212,17 @@ void Relay::report_downstream(Connection& conn, bool probe, bool healthy) {
 }
 
 void Relay::count(RelayDisposition disposition) {
-  if (Counter* c = results_[static_cast<int>(disposition)]; c != nullptr) c->increment();
+  if (prometheus::Counter* c = results_[static_cast<int>(disposition)]; c != nullptr) {
+    c->Increment();
+  }
 }
 
 void Relay::error(std::string_view step, const absl::Status& status) {
   if (metrics_ != nullptr) {
-    metrics_
-        ->counter("idemledger_relay_errors_total",
-                  "Errors the relay's loop met, by step; it retries after poll_interval.",
-                  {{"step", std::string(step)}})
-        .increment();
+    counter(*metrics_, "idemledger_relay_errors_total",
+            "Errors the relay's loop met, by step; it retries after poll_interval.",
+            {{"step", std::string(step)}})
+        .Increment();
   }
   const std::string text = status.ToString();
   const LogField fields[] = {{"step", step}, {"error", text}};
@@ -230,7 +231,7 @@ void Relay::error(std::string_view step, const absl::Status& status) {
 
 void Relay::set_mode(RelayMode mode) {
   const RelayMode before = mode_.exchange(mode, std::memory_order_relaxed);
-  if (mode_gauge_ != nullptr) mode_gauge_->set(static_cast<std::int64_t>(mode));
+  if (mode_gauge_ != nullptr) mode_gauge_->Set(static_cast<double>(mode));
   if (before != mode) {
     const LogField fields[] = {{"from", to_string(before)}, {"to", to_string(mode)}};
     emit_log(options_.log, mode == RelayMode::kPaused ? LogLevel::kWarning : LogLevel::kInfo,
@@ -320,7 +321,7 @@ void Relay::run(const SessionLender& sessions, const std::function<bool()>& stop
       options_.max_in_flight,
       [&](const RelayMessage& message) { deliver_on_pool(sessions, message); },
       [this](int in_flight) {
-        if (in_flight_gauge_ != nullptr) in_flight_gauge_->set(in_flight);
+        if (in_flight_gauge_ != nullptr) in_flight_gauge_->Set(static_cast<double>(in_flight));
       });
   while (!stop_requested()) {
     bool busy = false;

@@ -12,12 +12,12 @@ namespace {
 
 class MetricsTest : public LedgerTest {
  protected:
-  MetricsRegistry registry_;
+  prometheus::Registry registry_;
   LedgerMetrics metrics_{registry_};
 
   PrometheusSamples scrape() {
     EXPECT_TRUE(refresh_queue_gauges(*conn_, schema_, metrics_).ok());
-    absl::StatusOr<PrometheusSamples> parsed = parse_prometheus_text(registry_.render());
+    absl::StatusOr<PrometheusSamples> parsed = parse_prometheus_text(render(registry_));
     EXPECT_TRUE(parsed.ok()) << parsed.status();
     return parsed.ok() ? *parsed : PrometheusSamples{};
   }
@@ -85,8 +85,9 @@ TEST_F(MetricsTest, DispatcherCountsRetriesDeadLettersRecoveriesAndTimeToConfirm
   }
   // A claim whose lease expired comes back through recover_stale(). The retried
   // withdrawal is pushed out of reach first: its full-jitter backoff can be ~0.
-  exec("UPDATE {schema}.payment_events SET next_attempt_at = now() + interval '1 hour' "
-       "WHERE event_id = 'locked'");
+  exec(
+      "UPDATE {schema}.payment_events SET next_attempt_at = now() + interval '1 hour' "
+      "WHERE event_id = 'locked'");
   record_event(event("stale", EventType::kDeposit, 1, "1"), "pending");
   Dispatcher short_lease(ledger, {.schema = schema_,
                                   .lease = absl::Milliseconds(1),
@@ -137,8 +138,7 @@ TEST_F(MetricsTest, AgesOfWhatHasNotMovedAreGauges) {
   open_account(1, "10");
   PrometheusSamples s = scrape();
   for (const char* status : {"pending", "enqueued", "processing"}) {
-    EXPECT_EQ(s.at(std::string("idemledger_queue_oldest_seconds{status=\"") + status + "\"}"),
-              "0");
+    EXPECT_EQ(s.at(std::string("idemledger_queue_oldest_seconds{status=\"") + status + "\"}"), "0");
   }
   EXPECT_EQ(s.at("idemledger_idempotency_pending_oldest_seconds"), "0");
   EXPECT_EQ(s.at("idemledger_next_month_partition_missing"), "0");
@@ -146,13 +146,16 @@ TEST_F(MetricsTest, AgesOfWhatHasNotMovedAreGauges) {
   record_event(event("old", EventType::kDeposit, 1, "1"), "pending");
   record_event(event("new", EventType::kDeposit, 1, "1"), "pending");
   record_event(event("stuck", EventType::kDeposit, 1, "1"), "pending");
-  exec("UPDATE {schema}.payment_events SET updated_at = now() - interval '20 minutes' "
-       "WHERE event_id = 'old'");
-  exec("UPDATE {schema}.payment_events SET status = 'enqueued', "
-       "lease_until = now() + interval '1 minute', updated_at = now() - interval '3 minutes' "
-       "WHERE event_id = 'stuck'");
-  exec("INSERT INTO {schema}.processed_events (idempotency_key, fingerprint, outcome, asset, "
-       "created_at) VALUES ('k', 'f', 'pending', 'DEFAULT', now() - interval '7 minutes')");
+  exec(
+      "UPDATE {schema}.payment_events SET updated_at = now() - interval '20 minutes' "
+      "WHERE event_id = 'old'");
+  exec(
+      "UPDATE {schema}.payment_events SET status = 'enqueued', "
+      "lease_until = now() + interval '1 minute', updated_at = now() - interval '3 minutes' "
+      "WHERE event_id = 'stuck'");
+  exec(
+      "INSERT INTO {schema}.processed_events (idempotency_key, fingerprint, outcome, asset, "
+      "created_at) VALUES ('k', 'f', 'pending', 'DEFAULT', now() - interval '7 minutes')");
   s = scrape();
   const auto seconds = [&](const std::string& series) { return std::stoll(s.at(series)); };
   EXPECT_NEAR(seconds("idemledger_queue_oldest_seconds{status=\"pending\"}"), 1200, 5);

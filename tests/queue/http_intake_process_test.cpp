@@ -198,9 +198,9 @@ TEST_F(HttpIntake, MetricsFollowTheEventsThroughIntakeAndWorker) {
     return parsed.ok() ? *parsed : PrometheusSamples{};
   };
   PrometheusSamples s = scrape(intake.admin_port());
-  EXPECT_EQ(s["idemledger_webhook_requests_total{status=\"200\",result=\"accepted\"}"], "20");
-  EXPECT_EQ(s["idemledger_webhook_requests_total{status=\"200\",result=\"duplicate\"}"], "5");
-  EXPECT_EQ(s["idemledger_webhook_requests_total{status=\"401\",result=\"refused\"}"], "1");
+  EXPECT_EQ(s["idemledger_webhook_requests_total{result=\"accepted\",status=\"200\"}"], "20");
+  EXPECT_EQ(s["idemledger_webhook_requests_total{result=\"duplicate\",status=\"200\"}"], "5");
+  EXPECT_EQ(s["idemledger_webhook_requests_total{result=\"refused\",status=\"401\"}"], "1");
   EXPECT_EQ(s["idemledger_queue_events{status=\"pending\"}"], "20");
   EXPECT_EQ(s["idemledger_metrics_database_up"], "1");
 

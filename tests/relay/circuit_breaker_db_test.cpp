@@ -34,7 +34,7 @@ class Breaker : public LedgerTest {
 };
 
 TEST_F(Breaker, OpensAfterTheThresholdAndClosesOnASuccessfulProbe) {
-  MetricsRegistry registry;
+  prometheus::Registry registry;
   CircuitBreakerOptions o = options();
   o.metrics = &registry;
   CircuitBreaker b(o);
@@ -45,7 +45,7 @@ TEST_F(Breaker, OpensAfterTheThresholdAndClosesOnASuccessfulProbe) {
   fail_times(b, *conn_, 3);
   EXPECT_EQ(shared_state(), "open");
   EXPECT_EQ(b.acquire(*conn_).admission, Admission::kReject);
-  EXPECT_EQ(parse_prometheus_text(registry.render())
+  EXPECT_EQ(parse_prometheus_text(render(registry))
                 ->at("idemledger_circuit_breaker_state{breaker=\"rpc\"}"),
             "1");
 

@@ -436,7 +436,7 @@ TEST_F(RelayRun, EveryErrorTheLoopMeetsIsLoggedAndCounted) {
     Mutex mu;
     std::vector<std::string> messages ABSL_GUARDED_BY(mu);
   } logs;
-  MetricsRegistry registry;
+  prometheus::Registry registry;
   RelayOptions o = relay_options();
   o.schema = *Schema::create(schema_name_ + "_never_migrated");
   o.metrics = &registry;
@@ -447,7 +447,7 @@ TEST_F(RelayRun, EveryErrorTheLoopMeetsIsLoggedAndCounted) {
   absl::SleepFor(absl::Milliseconds(300));
   stop = true;
   runner.join();
-  const auto metrics = parse_prometheus_text(registry.render());
+  const auto metrics = parse_prometheus_text(render(registry));
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   EXPECT_GE(std::stoi(metrics->at("idemledger_relay_errors_total{step=\"decide\"}")), 2)
       << "each cycle's failure is counted";
@@ -459,7 +459,7 @@ TEST_F(RelayRun, EveryErrorTheLoopMeetsIsLoggedAndCounted) {
 TEST_F(RelayRun, DeliversEverythingWithinTheConcurrencyBound) {
   for (int i = 0; i < 60; ++i) add_credit(i);
   downstream_.delay_ = absl::Milliseconds(5);
-  MetricsRegistry registry;
+  prometheus::Registry registry;
   RelayOptions o = relay_options();
   o.max_in_flight = 4;
   o.metrics = &registry;
@@ -478,7 +478,7 @@ TEST_F(RelayRun, DeliversEverythingWithinTheConcurrencyBound) {
   EXPECT_LE(downstream_.max_concurrent_.load(), 4);
   EXPECT_GE(downstream_.max_concurrent_.load(), 2) << "it does deliver concurrently";
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.outbox WHERE published_at IS NULL"), 0);
-  const auto metrics = parse_prometheus_text(registry.render());
+  const auto metrics = parse_prometheus_text(render(registry));
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   EXPECT_EQ(metrics->at("idemledger_relay_messages_total{result=\"delivered\"}"), "60");
   EXPECT_EQ(metrics->at("idemledger_relay_in_flight"), "0");

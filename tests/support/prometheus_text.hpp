@@ -58,6 +58,7 @@ inline absl::StatusOr<PrometheusSamples> parse_prometheus_text(std::string_view 
   // Histogram bookkeeping per (family, labels without le).
   std::map<std::string, std::pair<std::int64_t, std::uint64_t>> last_bucket;  // le, count
   std::map<std::string, std::uint64_t> inf_bucket;
+  std::map<std::string, std::uint64_t> count;  // _count may come before or after the buckets
 
   const auto family_of = [&](const std::string& name) -> std::string {
     for (const char* suffix : {"_bucket", "_sum", "_count"}) {
@@ -134,12 +135,15 @@ inline absl::StatusOr<PrometheusSamples> parse_prometheus_text(std::string_view 
       }
       if (*le == "+Inf") inf_bucket[key] = n;
     } else if (name == family + "_count") {
-      if (!inf_bucket.contains(key)) return fail(line, "_count before a +Inf bucket");
-      if (inf_bucket[key] != std::stoull(value)) return fail(line, "+Inf bucket != _count");
+      count[key] = std::stoull(value);
     }
   }
   for (const auto& [key, bucket] : last_bucket) {
     if (!inf_bucket.contains(key)) return fail(key, "histogram without a +Inf bucket");
+  }
+  for (const auto& [key, n] : count) {
+    if (!inf_bucket.contains(key)) return fail(key, "_count without buckets");
+    if (inf_bucket[key] != n) return fail(key, "+Inf bucket != _count");
   }
   return samples;
 }

@@ -66,7 +66,7 @@ struct BreakerOptions {
   absl::Duration probe_lease = absl::Seconds(10);
   // idemledger_circuit_breaker_state{breaker} (0 closed, 1 open, 2 half-open)
   // as last seen by this process; nullptr records nothing.
-  MetricsRegistry* metrics = nullptr;
+  prometheus::Registry* metrics = nullptr;
   // The clock; tests inject one.
   std::function<absl::Time()> now = [] { return absl::Now(); };
 };
@@ -91,7 +91,7 @@ class LocalBreaker {
   Admission acquire_locked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const BreakerOptions options_;
-  Gauge* state_gauge_ = nullptr;
+  prometheus::Gauge* state_gauge_ = nullptr;
   mutable Mutex mu_;
   BreakerState state_ ABSL_GUARDED_BY(mu_) = BreakerState::kClosed;
   int failures_ ABSL_GUARDED_BY(mu_) = 0;

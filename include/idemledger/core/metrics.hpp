@@ -1,143 +1,76 @@
-// idemledger/core/metrics.hpp — counters, gauges and histograms in Prometheus text.
+// idemledger/core/metrics.hpp — the library's instruments, in a prometheus-cpp registry.
 //
-// A small registry whose instruments are updated lock-free from hot paths and
-// rendered in the Prometheus text exposition format (version 0.0.4). Host
-// services serve render() on /metrics, or append it to their own exporter's
-// output. The ledger's own instruments are LedgerMetrics (ledger/metrics.hpp).
+// Purpose: idemledger records what it does in a prometheus::Registry
+// (prometheus-cpp, Debian's prometheus-cpp-dev) that the host owns — the same
+// one its own instruments live in — so one exposition serves both. The
+// helpers here register families the way every idemledger component does:
+// get-or-create by name, with the kind and the label names checked.
 //
-//   idemledger::MetricsRegistry registry;
-//   idemledger::Counter& c = registry.counter("app_things_total", "Things done.");
-//   c.increment();
-//   std::string body = registry.render();
+//   prometheus::Registry registry;                 // the host's, or a new one
+//   idemledger::LedgerMetrics metrics(registry);   // ledger/metrics.hpp
+//   idemledger::Ledger ledger({.metrics = &metrics});
+//   ... ledger.process_deposit(conn, event) ...
+//   std::string body = idemledger::render(registry);   // or the host's exposer
 //
-// Values are integers: counts, and durations kept in nanoseconds and printed
-// as exact decimal seconds, so no binary floating point is involved.
+// Guarantees: asking again for a name and label set returns the same
+// instrument, so independent components (and two LedgerMetrics) share it.
+// Durations are observed in seconds, as Prometheus expects; money never goes
+// through a metric. Every label the library sets takes values from a fixed
+// set or a bounded one (registered assets, capped), so a hostile input can
+// never create series.
 //
-// MetricsRegistry and every instrument are thread-safe; instruments live as
-// long as their registry and never move.
+// Misuse is a programming error, not a runtime condition: a name already
+// registered as another kind, an invalid metric or label name, or unsorted
+// buckets is reported on stderr and aborts (prometheus-cpp's exceptions never
+// cross this API).
+//
+// Thread-safety: the helpers and every instrument are thread-safe, as
+// prometheus-cpp's are; instruments live as long as their registry.
 #ifndef IDEMLEDGER_CORE_METRICS_HPP
 #define IDEMLEDGER_CORE_METRICS_HPP
 
-#include <atomic>
-#include <cstdint>
-#include <map>
-#include <memory>
-#include <span>
 #include <string>
 #include <string_view>
-#include <utility>
-#include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "idemledger/core/mutex.hpp"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/labels.h"
+#include "prometheus/registry.h"
 
 namespace idemledger {
 
-// Label pairs of one time series, e.g. {{"outcome", "applied"}}.
-using MetricLabels = std::vector<std::pair<std::string, std::string>>;
+// Buckets from 250 µs to 60 s, in seconds, for latencies that span a commit
+// flush, a lock wait and a retry.
+[[nodiscard]] const prometheus::Histogram::BucketBoundaries& default_latency_buckets();
 
-// Counter
+// The series `name{labels}` in `registry`, created on first use.
+// REQUIRES: `name` and the label names are valid Prometheus names, and the
+// name is not registered as another kind (checked; a violation aborts).
+prometheus::Counter& counter(prometheus::Registry& registry, std::string_view name,
+                             std::string_view help, const prometheus::Labels& labels = {});
+prometheus::Gauge& gauge(prometheus::Registry& registry, std::string_view name,
+                         std::string_view help, const prometheus::Labels& labels = {});
+// A series that exists already keeps the buckets it was created with.
+// REQUIRES: `buckets` strictly increasing (checked; a violation aborts).
+prometheus::Histogram& histogram(prometheus::Registry& registry, std::string_view name,
+                                 std::string_view help,
+                                 const prometheus::Histogram::BucketBoundaries& buckets,
+                                 const prometheus::Labels& labels = {});
+
+// observe()
 //
-// A monotonically increasing count.
-class Counter {
- public:
-  void increment(std::uint64_t n = 1) { value_.fetch_add(n, std::memory_order_relaxed); }
-  [[nodiscard]] std::uint64_t value() const { return value_.load(std::memory_order_relaxed); }
+// Records `d` in seconds.
+inline void observe(prometheus::Histogram& h, absl::Duration d) {
+  h.Observe(absl::ToDoubleSeconds(d));
+}
 
- private:
-  std::atomic<std::uint64_t> value_{0};
-};
-
-// Gauge
+// render()
 //
-// A value that goes up and down (a queue depth, a unix timestamp).
-class Gauge {
- public:
-  void set(std::int64_t v) { value_.store(v, std::memory_order_relaxed); }
-  void add(std::int64_t d) { value_.fetch_add(d, std::memory_order_relaxed); }
-  [[nodiscard]] std::int64_t value() const { return value_.load(std::memory_order_relaxed); }
-
- private:
-  std::atomic<std::int64_t> value_{0};
-};
-
-// Histogram
-//
-// Durations counted into fixed buckets (cumulative on output, as Prometheus
-// expects). observe() is lock-free and allocates nothing.
-class Histogram {
- public:
-  // REQUIRES: `upper_bounds` strictly increasing and positive.
-  explicit Histogram(std::span<const absl::Duration> upper_bounds);
-
-  void observe(absl::Duration d);
-
-  struct Snapshot {
-    std::vector<std::int64_t> upper_bounds_ns;
-    std::vector<std::uint64_t> cumulative_counts;  // one per bound, then +Inf
-    std::uint64_t count = 0;
-    std::int64_t sum_ns = 0;
-  };
-  [[nodiscard]] Snapshot snapshot() const;
-
- private:
-  std::vector<std::int64_t> upper_bounds_ns_;
-  std::unique_ptr<std::atomic<std::uint64_t>[]> buckets_;  // bounds + 1 (the +Inf bucket)
-  std::atomic<std::uint64_t> count_{0};
-  std::atomic<std::int64_t> sum_ns_{0};
-};
-
-// Buckets from 1 ms to 60 s, for latencies that span a lock wait and a retry.
-[[nodiscard]] std::span<const absl::Duration> default_latency_buckets();
-
-// MetricsRegistry
-//
-// Owns instruments by (name, labels). Asking again for the same name and
-// labels returns the same instrument, so independent components can share one.
-//
-// REQUIRES (for every registration): `name` matches [a-zA-Z_:][a-zA-Z0-9_:]*,
-// label names match [a-zA-Z_][a-zA-Z0-9_]* and do not start with "__", a name
-// is always registered as the same kind; histograms of one name share bounds.
-// A violation is a programming error: it is reported on stderr and aborts.
-class MetricsRegistry {
- public:
-  MetricsRegistry() = default;
-  MetricsRegistry(const MetricsRegistry&) = delete;
-  MetricsRegistry& operator=(const MetricsRegistry&) = delete;
-
-  Counter& counter(std::string_view name, std::string_view help, const MetricLabels& labels = {});
-  Gauge& gauge(std::string_view name, std::string_view help, const MetricLabels& labels = {});
-  Histogram& histogram(std::string_view name, std::string_view help,
-                       std::span<const absl::Duration> upper_bounds,
-                       const MetricLabels& labels = {});
-
-  // render()
-  //
-  // Every family in name order: "# HELP", "# TYPE", then one line per series
-  // (histograms: _bucket{le=...} cumulative, _sum in seconds, _count).
-  [[nodiscard]] std::string render() const;
-
- private:
-  enum class Kind { kCounter, kGauge, kHistogram };
-  struct Series {
-    std::string labels;  // rendered `k="v",...`, escaped; empty without labels
-    std::unique_ptr<Counter> counter;
-    std::unique_ptr<Gauge> gauge;
-    std::unique_ptr<Histogram> histogram;
-  };
-  struct Family {
-    Kind kind;
-    std::string help;
-    std::map<std::string, Series, std::less<>> series;
-  };
-  Series& series_for(std::string_view name, std::string_view help, Kind kind,
-                     const MetricLabels& labels) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  mutable Mutex mu_;
-  std::map<std::string, Family, std::less<>> families_ ABSL_GUARDED_BY(mu_);
-};
+// Every family of `registry` in the Prometheus text exposition format
+// (0.0.4), for a host that serves /metrics itself.
+[[nodiscard]] std::string render(prometheus::Registry& registry);
 
 }  // namespace idemledger
 

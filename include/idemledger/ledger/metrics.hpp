@@ -1,20 +1,27 @@
 // idemledger/ledger/metrics.hpp — what the library records about money moving.
 //
-//   idemledger::MetricsRegistry registry;
+//   prometheus::Registry registry;                // the host's own, usually
 //   idemledger::LedgerMetrics metrics(registry);
 //   idemledger::Ledger ledger({.metrics = &metrics});
 //   ... ledger.process_deposit(conn, event) ...
 //   (void)idemledger::refresh_queue_gauges(conn, "idemledger", metrics);
-//   std::string body = registry.render();
+//   std::string body = idemledger::render(registry);
+//
+// The instruments are prometheus-cpp's, created in the registry the host
+// passes (core/metrics.hpp says how); building LedgerMetrics twice on one
+// registry shares them.
 //
 // LedgerMetrics is thread-safe (its instruments are).
 #ifndef IDEMLEDGER_LEDGER_METRICS_HPP
 #define IDEMLEDGER_LEDGER_METRICS_HPP
 
+#include <array>
+#include <cstddef>
 #include <string>
 #include <string_view>
+#include <utility>
 
-#include "absl/container/flat_hash_set.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "idemledger/core/metrics.hpp"
 #include "idemledger/core/mutex.hpp"
@@ -54,7 +61,7 @@ class Connection;
 // The gauges are read from the database by refresh_queue_gauges(); the
 // Prometheus rules in deploy/prometheus/ alert on them.
 struct LedgerMetrics {
-  explicit LedgerMetrics(MetricsRegistry& registry);
+  explicit LedgerMetrics(prometheus::Registry& registry);
 
   // Counts one outcome of `asset` (a registered asset's code, or "default").
   // At most kMaxAssets codes get a series of their own; later ones count
@@ -62,39 +69,46 @@ struct LedgerMetrics {
   void count_for_asset(std::string_view asset, std::string_view outcome);
   static constexpr std::size_t kMaxAssets = 256;
 
-  MetricsRegistry& registry;
-  Counter& applied;
-  Counter& duplicates;
-  Counter& insufficient_funds;
-  Counter& conflicts;
-  Counter& errors;
-  Counter& refused;
-  Counter& holds_expired;
-  Histogram& apply_duration;
-  Counter& retries_scheduled;
-  Counter& dead_lettered_failed;
-  Counter& dead_lettered_stale;
-  Counter& recovered;
-  Histogram& time_to_confirm;
-  Counter& reconciliations_clean;
-  Counter& reconciliations_with_findings;
-  Gauge& queue_pending;
-  Gauge& queue_enqueued;
-  Gauge& queue_processing;
-  Gauge& dead_letters_open;
-  Gauge& last_reconciliation;
-  Gauge& holds_open;
-  Gauge& holds_overdue;
-  Gauge& oldest_pending;
-  Gauge& oldest_enqueued;
-  Gauge& oldest_processing;
-  Gauge& oldest_pending_record;
-  Gauge& last_reconciliation_findings;
-  Gauge& next_month_partition_missing;
+  prometheus::Registry& registry;
+  prometheus::Counter& applied;
+  prometheus::Counter& duplicates;
+  prometheus::Counter& insufficient_funds;
+  prometheus::Counter& conflicts;
+  prometheus::Counter& errors;
+  prometheus::Counter& refused;
+  prometheus::Counter& holds_expired;
+  prometheus::Histogram& apply_duration;
+  prometheus::Counter& retries_scheduled;
+  prometheus::Counter& dead_lettered_failed;
+  prometheus::Counter& dead_lettered_stale;
+  prometheus::Counter& recovered;
+  prometheus::Histogram& time_to_confirm;
+  prometheus::Counter& reconciliations_clean;
+  prometheus::Counter& reconciliations_with_findings;
+  prometheus::Gauge& queue_pending;
+  prometheus::Gauge& queue_enqueued;
+  prometheus::Gauge& queue_processing;
+  prometheus::Gauge& dead_letters_open;
+  prometheus::Gauge& last_reconciliation;
+  prometheus::Gauge& holds_open;
+  prometheus::Gauge& holds_overdue;
+  prometheus::Gauge& oldest_pending;
+  prometheus::Gauge& oldest_enqueued;
+  prometheus::Gauge& oldest_processing;
+  prometheus::Gauge& oldest_pending_record;
+  prometheus::Gauge& last_reconciliation_findings;
+  prometheus::Gauge& next_month_partition_missing;
 
  private:
   Mutex mu_;
-  absl::flat_hash_set<std::string> assets_seen_ ABSL_GUARDED_BY(mu_);
+  // One counter per outcome name of each asset seen, found without a
+  // registry lookup (which would hash the label set) on every call.
+  static constexpr std::size_t kMaxOutcomes = 8;
+  struct AssetSeries {
+    std::array<std::pair<std::string, prometheus::Counter*>, kMaxOutcomes> by_outcome{};
+    std::size_t size = 0;
+  };
+  absl::flat_hash_map<std::string, AssetSeries> assets_ ABSL_GUARDED_BY(mu_);
 };
 
 // refresh_queue_gauges()

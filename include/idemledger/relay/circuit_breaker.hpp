@@ -44,7 +44,7 @@ struct CircuitBreakerOptions {
   absl::Duration open_for = absl::Seconds(30);
   absl::Duration probe_lease = absl::Seconds(10);
   // idemledger_circuit_breaker_state{breaker} as last seen; nullptr records nothing.
-  MetricsRegistry* metrics = nullptr;
+  prometheus::Registry* metrics = nullptr;
   // The in-process breaker's clock; tests inject one.
   std::function<absl::Time()> now = [] { return absl::Now(); };
 };

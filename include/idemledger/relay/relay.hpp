@@ -142,7 +142,7 @@ struct RelayOptions {
   // idemledger_relay_messages_total{result}, idemledger_relay_errors_total{step},
   // idemledger_relay_mode, idemledger_relay_in_flight and the breaker's state;
   // nullptr records nothing.
-  MetricsRegistry* metrics = nullptr;
+  prometheus::Registry* metrics = nullptr;
   // One line per dead-lettered, dropped or quarantined message, per mode
   // change and per error run() meets; nullptr logs nothing.
   LogSink* log = nullptr;
@@ -265,10 +265,10 @@ class Relay {
   // shared count (successes otherwise write nothing, so the marker row is
   // not a hot spot).
   std::atomic<bool> failures_recorded_{false};
-  Counter* results_[kRelayDispositionNames.size()] = {};
-  MetricsRegistry* metrics_ = nullptr;
-  Gauge* mode_gauge_ = nullptr;
-  Gauge* in_flight_gauge_ = nullptr;
+  prometheus::Counter* results_[kRelayDispositionNames.size()] = {};
+  prometheus::Registry* metrics_ = nullptr;
+  prometheus::Gauge* mode_gauge_ = nullptr;
+  prometheus::Gauge* in_flight_gauge_ = nullptr;
 };
 
 }  // namespace idemledger

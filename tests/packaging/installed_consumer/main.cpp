@@ -2,13 +2,18 @@
 // (find_package) and by make (pkg-config) alike. With a DSN
 // (argument or $IDEMLEDGER_TEST_DSN) it migrates a scratch schema and applies a
 // deposit twice through the installed shared libraries: one credit, one
-// "already applied", the balance exact.
+// "already applied", the balance exact. The host's own prometheus::Registry
+// holds its instrument and the library's side by side, exposed by
+// prometheus-cpp's serializer as any host would.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
 #include "idemledger.hpp"
 #include "idemledger/pg/pool.hpp"
+#include "prometheus/counter.h"
+#include "prometheus/registry.h"
+#include "prometheus/text_serializer.h"
 
 namespace {
 
@@ -34,7 +39,15 @@ int main(int argc, char** argv) {
     return fail("drop schema", r.status());
   }
   if (absl::Status s = idemledger::migrate(**conn, kSchema); !s.ok()) return fail("migrate", s);
-  const idemledger::Ledger ledger({.schema = kSchema});
+  prometheus::Registry registry;  // the host's
+  prometheus::Counter& host_requests = prometheus::BuildCounter()
+                                           .Name("host_requests_total")
+                                           .Help("The host's own instrument.")
+                                           .Register(registry)
+                                           .Add({});
+  host_requests.Increment();
+  idemledger::LedgerMetrics metrics(registry);
+  const idemledger::Ledger ledger({.schema = kSchema, .metrics = &metrics});
   if (absl::Status s = ledger.open_account(**conn, 7, idemledger::Amount()); !s.ok()) {
     return fail("open_account", s);
   }
@@ -51,9 +64,18 @@ int main(int argc, char** argv) {
   const bool exact = *first == idemledger::Outcome::kApplied &&
                      *again == idemledger::Outcome::kAlreadyApplied &&
                      balance->to_string() == "12.5";
+  const std::string exposition = prometheus::TextSerializer().Serialize(registry.Collect());
+  const bool both_exposed =
+      exposition.find("host_requests_total 1\n") != std::string::npos &&
+      exposition.find("idemledger_ledger_outcomes_total{outcome=\"applied\"} 1\n") !=
+          std::string::npos &&
+      exposition.find("idemledger_ledger_outcomes_total{outcome=\"duplicate\"} 1\n") !=
+          std::string::npos;
+  std::printf("consumer: one registry exposes the host's and the ledger's series: %s\n",
+              both_exposed ? "yes" : "no");
   std::printf("consumer: deposit %s, replay %s, balance %s\n",
               std::string(idemledger::to_string(*first)).c_str(),
               std::string(idemledger::to_string(*again)).c_str(), balance->to_string().c_str());
   (void)(*conn)->execute("DROP SCHEMA packaged_consumer CASCADE");
-  return exact ? 0 : 1;
+  return exact && both_exposed ? 0 : 1;
 }
