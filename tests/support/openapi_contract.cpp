@@ -4,13 +4,15 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
-#include <cctype>
 #include <charconv>
 #include <cstdint>
 #include <cstdlib>
 #include <regex>
 #include <set>
 #include <stdexcept>
+
+#include "absl/strings/ascii.h"
+#include "src/core/internal/absl_compat.hpp"
 
 namespace idemledger::testing {
 namespace {
@@ -44,17 +46,10 @@ nlohmann::json to_json(const YAML::Node& node) {
   }
 }
 
-std::string lower(std::string_view text) {
-  std::string out(text);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
+std::string lower(std::string_view text) { return absl::AsciiStrToLower(internal::to_absl(text)); }
 
 std::string trim(std::string_view text) {
-  const std::size_t first = text.find_first_not_of(" \t");
-  if (first == std::string_view::npos) return "";
-  return std::string(text.substr(first, text.find_last_not_of(" \t") - first + 1));
+  return std::string(absl::StripAsciiWhitespace(internal::to_absl(text)));
 }
 
 const std::set<std::string, std::less<>> kKnownKeywords = {
