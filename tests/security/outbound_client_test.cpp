@@ -5,6 +5,12 @@
 // certificate is trusted, untrusted, or for another name.
 #include <sys/stat.h>
 
+// Boost 1.74's Asio uses std::exchange without including <utility> (C++20).
+#include <utility>
+// (a block of its own, so it stays first)
+
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>

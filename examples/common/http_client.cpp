@@ -1,0 +1,200 @@
+// Boost.Beast behind example::HttpCaller (http_client.hpp says what it
+// guarantees); compiled once, into idemledger_example_http.
+
+// Boost 1.74's Asio uses std::exchange without including <utility> (C++20).
+#include <utility>
+// (a block of its own, so it stays first)
+
+// Boost 1.74's Asio sees C++20 coroutines only in GCC; clang (with
+// libstdc++'s <coroutine>) has them too.
+#if defined(__clang__) && defined(__cpp_impl_coroutine) && !defined(BOOST_ASIO_HAS_CO_AWAIT)
+#define BOOST_ASIO_HAS_CO_AWAIT 1
+#define BOOST_ASIO_HAS_STD_COROUTINE 1
+#endif
+
+#include <openssl/ssl.h>
+
+#include <algorithm>
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "http_client.hpp"
+
+namespace example {
+
+class HttpCaller::Impl {
+ public:
+  Impl(Url url, std::chrono::milliseconds timeout, std::size_t max_response)
+      : url_(std::move(url)), timeout_(timeout), max_response_(max_response) {
+    if (url_.tls) {
+      tls_context_.set_verify_mode(boost::asio::ssl::verify_peer);
+      tls_context_.set_default_verify_paths();  // honours $SSL_CERT_FILE / $SSL_CERT_DIR
+    }
+  }
+
+  absl::StatusOr<HttpAnswer> post(std::string body,
+                                  const std::vector<std::pair<std::string, std::string>>& headers) {
+    namespace http = boost::beast::http;
+    request_ = http::request<http::string_body>(http::verb::post, url_.target, 11);
+    request_.set(http::field::host, url_.host);
+    request_.set(http::field::content_type, "application/json");
+    for (const auto& [name, value] : headers) request_.set(name, value);
+    request_.body() = std::move(body);
+    request_.keep_alive(true);
+    request_.prepare_payload();
+
+    std::optional<absl::StatusOr<HttpAnswer>> result;
+    boost::asio::co_spawn(
+        io_, exchange(), [&](std::exception_ptr failed, absl::StatusOr<HttpAnswer> answer) {
+          result = failed ? absl::UnavailableError("call failed") : std::move(answer);
+        });
+    io_.restart();
+    io_.run_for(timeout_);
+    if (!result) {
+      // The deadline passed mid-call: close the sockets, let the call see its
+      // operations cancelled and end, then forget the connection.
+      close_sockets();
+      io_.restart();
+      io_.run();
+      reuse_ = false;
+      result = absl::DeadlineExceededError("no whole answer within " +
+                                           std::to_string(timeout_.count()) + " ms");
+    }
+    if (!result->ok() || !reuse_) {
+      close_sockets();
+      tcp_.reset();
+      tls_.reset();
+      buffer_.clear();
+    }
+    return *std::move(result);
+  }
+
+ private:
+  using Tcp = boost::beast::tcp_stream;
+  using Tls = boost::beast::ssl_stream<boost::beast::tcp_stream>;
+
+  boost::asio::awaitable<absl::StatusOr<HttpAnswer>> exchange() {
+    namespace asio = boost::asio;
+    namespace http = boost::beast::http;
+    boost::beast::error_code ec;
+    const auto step = [&ec] { return asio::redirect_error(asio::use_awaitable, ec); };
+    if (!tcp_ && !tls_) {
+      asio::ip::tcp::resolver resolver(io_);
+      const auto endpoints = co_await resolver.async_resolve(url_.host, url_.port, step());
+      if (ec) co_return absl::UnavailableError("cannot resolve " + url_.host + ": " + ec.message());
+      if (url_.tls) {
+        tls_.emplace(io_, tls_context_);
+        co_await boost::beast::get_lowest_layer(*tls_).async_connect(endpoints, step());
+        if (ec) co_return connection_failed(ec);
+        // The name the certificate must carry, and SNI for virtual hosts.
+        tls_->set_verify_callback(asio::ssl::host_name_verification(url_.host));
+        SSL_set_tlsext_host_name(tls_->native_handle(), url_.host.c_str());
+        co_await tls_->async_handshake(asio::ssl::stream_base::client, step());
+        if (ec)
+          co_return absl::UnavailableError("TLS handshake with " + url_.host +
+                                           " failed: " + ec.message());
+      } else {
+        tcp_.emplace(io_);
+        co_await tcp_->async_connect(endpoints, step());
+        if (ec) co_return connection_failed(ec);
+        tcp_->socket().set_option(asio::ip::tcp::no_delay(true), ec);
+      }
+    }
+    http::response_parser<http::string_body> parser;
+    parser.header_limit(static_cast<std::uint32_t>(std::min<std::size_t>(max_response_, 16384)));
+    parser.body_limit(max_response_);
+    // The header first, and its Content-Length checked here: Beast 1.74's
+    // response parser drops its own body_limit error when the header and the
+    // first body bytes arrive in one read (finish_header sets the body state
+    // before it checks, and the eager loop clears the error). Chunked bodies
+    // are held to body_limit as they arrive.
+    const auto over = [this] {
+      return absl::UnavailableError("answer over " + std::to_string(max_response_) + " bytes");
+    };
+    if (tls_) {
+      co_await http::async_write(*tls_, request_, step());
+      if (!ec) co_await http::async_read_header(*tls_, buffer_, parser, step());
+    } else {
+      co_await http::async_write(*tcp_, request_, step());
+      if (!ec) co_await http::async_read_header(*tcp_, buffer_, parser, step());
+    }
+    if (!ec && parser.content_length().value_or(0) > max_response_) co_return over();
+    if (!ec && !parser.is_done()) {
+      if (tls_) {
+        co_await http::async_read(*tls_, buffer_, parser, step());
+      } else {
+        co_await http::async_read(*tcp_, buffer_, parser, step());
+      }
+    }
+    if (ec == http::error::body_limit || ec == http::error::header_limit) co_return over();
+    if (ec) co_return absl::UnavailableError("no answer: " + ec.message());
+    reuse_ = parser.get().keep_alive();
+    co_return HttpAnswer{.status = static_cast<int>(parser.get().result_int()),
+                         .body = std::move(parser.get().body())};
+  }
+
+  static absl::Status connection_failed(const boost::beast::error_code& ec) {
+    return absl::UnavailableError("connection failed: " + ec.message());
+  }
+
+  void close_sockets() {
+    boost::beast::error_code ignored;
+    if (tcp_) tcp_->socket().close(ignored);
+    if (tls_) boost::beast::get_lowest_layer(*tls_).socket().close(ignored);
+  }
+
+  const Url url_;
+  const std::chrono::milliseconds timeout_;
+  const std::size_t max_response_;
+  boost::asio::io_context io_;
+  boost::asio::ssl::context tls_context_{boost::asio::ssl::context::tls_client};
+  std::optional<Tcp> tcp_;
+  std::optional<Tls> tls_;
+  boost::beast::flat_buffer buffer_;
+  boost::beast::http::request<boost::beast::http::string_body> request_;
+  bool reuse_ = false;  // the last answer allowed keeping the connection
+};
+
+HttpCaller::HttpCaller(Url url, std::chrono::milliseconds timeout, std::size_t max_response)
+    : impl_(std::make_unique<Impl>(std::move(url), timeout, max_response)) {}
+
+HttpCaller::~HttpCaller() = default;
+
+absl::StatusOr<HttpAnswer> HttpCaller::post(
+    std::string body, const std::vector<std::pair<std::string, std::string>>& headers) {
+  return impl_->post(std::move(body), headers);
+}
+
+absl::Status HttpRelayTransport::operator()(const idemledger::RelayMessage& m) const {
+  // One caller per thread, kept between calls for keep-alive.
+  thread_local std::unique_ptr<HttpCaller> caller;
+  thread_local const HttpRelayTransport* owner = nullptr;
+  if (!caller || owner != this) {
+    caller = std::make_unique<HttpCaller>(url_, std::chrono::milliseconds(timeout_ms_));
+    owner = this;
+  }
+  std::string body =
+      R"({"topic":)" + nlohmann::json(m.topic).dump() + R"(,"message":)" + m.payload + "}";
+  return classify_http(
+      caller->post(std::move(body), {{"Idempotency-Key", "outbox-" + std::to_string(m.outbox_id)},
+                                     {"X-Relay-Topic", m.topic},
+                                     {"X-Relay-Dlq-Retries", std::to_string(m.dlq_retries)}}));
+}
+
+idemledger::JsonRpcTransport json_rpc_over_http(const std::string& url, long timeout_ms) {
+  return [url = Url(url), timeout_ms](std::string_view body) -> absl::StatusOr<std::string> {
+    HttpCaller caller(url, std::chrono::milliseconds(timeout_ms));  // rare calls: no keep-alive
+    absl::StatusOr<HttpAnswer> res = caller.post(std::string(body), {});
+    if (absl::Status s = classify_http(res); !s.ok()) {
+      return absl::IsInvalidArgument(s) ? absl::UnavailableError(s.message()) : s;
+    }
+    return std::move(res->body);
+  };
+}
+
+}  // namespace example
