@@ -13,8 +13,13 @@
 // hold (amount + fee) then post, each its own transaction; one "operation" is
 // the pair. --latency-log writes every operation's latency (µs, one per line,
 // ascending) for bench/plots/latency.gp. Prints one line:
-//   RESULT name=idemledger clients=4 deposits=... tps=... p50_us=... p99_us=...
+//   RESULT name=idemledger clients=4 deposits=... tps=... p50_us=... p99_us=... cpu_us=...
+// cpu_us is the driver's own CPU (user + system, all its threads, from
+// getrusage over the timed loop) per operation: what the library costs the
+// host besides waiting for the server.
 // bench/run_load.sh runs it beside pgbench on the same server and prints ratios.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -31,6 +36,16 @@
 #include "idemledger/pg/connection.hpp"
 
 namespace {
+
+// This process's CPU so far, user + system, in microseconds.
+std::int64_t process_cpu_us() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  const auto us = [](const timeval& t) {
+    return static_cast<std::int64_t>(t.tv_sec) * 1'000'000 + t.tv_usec;
+  };
+  return us(u.ru_utime) + us(u.ru_stime);
+}
 
 constexpr char kSchema[] = "bench";
 constexpr int kUsers = 10'000;
@@ -173,6 +188,7 @@ int main(int argc, char** argv) {
   std::vector<std::vector<std::int64_t>> latencies(static_cast<std::size_t>(o.clients));
   const absl::Time deadline = absl::Now() + absl::Seconds(o.seconds);
   const absl::Time start = absl::Now();
+  const std::int64_t cpu_start = process_cpu_us();
   std::vector<std::thread> threads;
   threads.reserve(static_cast<std::size_t>(o.clients));
   for (int t = 0; t < o.clients; ++t) {
@@ -233,6 +249,7 @@ int main(int argc, char** argv) {
   }
   for (auto& th : threads) th.join();
   const std::int64_t elapsed_us = absl::ToInt64Microseconds(absl::Now() - start);
+  const std::int64_t cpu_us = process_cpu_us() - cpu_start;
   std::vector<std::int64_t> all;
   for (const auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
   if (failed || all.empty()) return 1;
@@ -263,9 +280,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf(
-      "RESULT name=idemledger clients=%d deposits=%zu tps=%lld p50_us=%lld p99_us=%lld\n",
+      "RESULT name=idemledger clients=%d deposits=%zu tps=%lld p50_us=%lld p99_us=%lld "
+      "cpu_us=%lld.%lld\n",
       o.clients, all.size(),
       static_cast<long long>(static_cast<std::int64_t>(all.size()) * 1'000'000 / elapsed_us),
-      static_cast<long long>(pct(50)), static_cast<long long>(pct(99)));
+      static_cast<long long>(pct(50)), static_cast<long long>(pct(99)),
+      static_cast<long long>(cpu_us / static_cast<std::int64_t>(all.size())),
+      static_cast<long long>(cpu_us * 10 / static_cast<std::int64_t>(all.size()) % 10));
   return 0;
 }

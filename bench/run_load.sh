@@ -10,7 +10,8 @@
 # then the same deposit workload and the floor at 16 clients (deposits of one
 # asset to 10,000 different users: with a row every deposit wrote — a stored
 # system balance — idemledger would stop scaling where the floor does not),
-# and two-phase withdrawals (hold, then post: two transactions) per second.
+# and two-phase withdrawals (hold, then post: two transactions) per second,
+# and the driver's own CPU per operation (getrusage; pgbench's is not ours).
 # Then, on the same server, the whole service (webhook_intake + 2 outbox_worker
 # processes, 16 provider senders, SIM_EVENTS events): webhook -> confirmed
 # events/s and time-to-confirm, next to the bare process_deposit figure.
@@ -43,7 +44,8 @@ pgbench=$(command -v pgbench || echo "$IDEMLEDGER_PG_BIN/pgbench")
 # percentile FILE P: the P-th percentile of pgbench per-transaction latencies (µs).
 percentile() { awk '{print $3}' "$1" | sort -n | awk -v p="$2" '{a[NR]=$1} END {i=int(NR*p/100); if (i<1) i=1; print a[i]}'; }
 
-# run_pgbench NAME DB ARGS...: one pgbench run, appends "NAME tps p50 p99" to results.
+# run_pgbench NAME DB ARGS...: one pgbench run, appends "NAME tps p50 p99 -" to results
+# (pgbench's own CPU is not ours to report).
 run_pgbench() {
   local name=$1 db=$2
   shift 2
@@ -54,22 +56,22 @@ run_pgbench() {
   cat "$work"/log.* >"$work/all"
   local tps
   tps=$(echo "$out" | awk '/^tps = / {printf "%d", $3; exit}')
-  echo "$name $tps $(percentile "$work/all" 50) $(percentile "$work/all" 99)" >>"$work/results"
-  # Every latency of the run (µs, ascending), for the latency chart.
-  awk '{print $3}' "$work/all" | sort -n >"$results/latency_$name.txt"
+  echo "$name $tps $(percentile "$work/all" 50) $(percentile "$work/all" 99) -" >>"$work/results"
+  # Every latency of the run (µs, ascending), for the latency chart: the yardsticks it shows.
+  case $name in one_statement | seed_sequence) awk '{print $3}' "$work/all" | sort -n >"$results/latency_$name.txt" ;; esac
 }
 
 reset_seed() { "${psql[@]}" -d seedref -v hist=100000 -f "$ref/seed_reset.sql" >/dev/null 2>&1; "${psql[@]}" -d seedref -c "VACUUM ANALYZE" -c "CHECKPOINT"; }
 
 for round in $(seq 1 "$rounds"); do
   echo "round $round/$rounds: $clients clients x ${seconds}s per workload" >&2
-  # ledger_load NAME [FLAGS...]: one run of the driver, appends "NAME tps p50 p99" to results.
+  # ledger_load NAME [FLAGS...]: one run of the driver, appends "NAME tps p50 p99 cpu_us" to results.
   ledger_load() {
     local name=$1
     shift
     build/bench/ledger_load --dsn "$IDEMLEDGER_TEST_DSN" --clients "$clients" --seconds "$seconds" "$@" \
       | awk -v name="$name" '/^RESULT/ {for (i = 1; i <= NF; i++) {split($i, kv, "="); v[kv[1]] = kv[2]}
-                                         print name, v["tps"], v["p50_us"], v["p99_us"]}' >>"$work/results"
+                                         print name, v["tps"], v["p50_us"], v["p99_us"], v["cpu_us"]}' >>"$work/results"
   }
   ledger_load idemledger --latency-log "$results/latency_idemledger.txt"
   ledger_load idemledger_metrics --metrics
@@ -96,13 +98,14 @@ done
 
 # Median of each column per workload, then the table.
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-declare -A tps p50 p99
+declare -A tps p50 p99 cpu
 workloads=(idemledger idemledger_metrics idemledger_partitioned seed_sequence one_statement simple_update)
 for w in "${workloads[@]}" hold_post idemledger_c16 one_statement_c16 idemledger_c1 \
   one_statement_c1 seed_sequence_c1 seed_sequence_c16; do
   tps[$w]=$(awk -v w="$w" '$1==w {print $2}' "$work/results" | median)
   p50[$w]=$(awk -v w="$w" '$1==w {print $3}' "$work/results" | median)
   p99[$w]=$(awk -v w="$w" '$1==w {print $4}' "$work/results" | median)
+  cpu[$w]=$(awk -v w="$w" '$1==w && $5 != "-" {print $5}' "$work/results" | median)
 done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2fx", a / b}'; }
 printf '\nEnd-to-end deposits, %s clients, %ss per workload, %s round(s), one server, one run\n' "$clients" "$seconds" "$rounds"
@@ -144,6 +147,14 @@ printf '%-40s %10s %9s %9s\n' workload "pairs/s" "p50 µs" "p99 µs"
 printf '%-40s %10s %9s %9s\n' "hold + post" "${tps[hold_post]}" "${p50[hold_post]}" "${p99[hold_post]}"
 printf '%-40s %10s\n' "steps/s (two per pair)" "$((tps[hold_post] * 2))"
 printf '%-40s %10s\n' "deposits/s (above)" "${tps[idemledger]}"
+
+printf '\nClient CPU per operation (the driver process: user + system over the timed loop / operations)\n'
+printf '%-40s %10s\n' workload "CPU µs"
+printf '%-40s %10s\n' "process_deposit, 1 client" "${cpu[idemledger_c1]}"
+printf '%-40s %10s\n' "process_deposit, $clients clients" "${cpu[idemledger]}"
+printf '%-40s %10s\n' "process_deposit, 16 clients" "${cpu[idemledger_c16]}"
+printf '%-40s %10s\n' "  ... recording LedgerMetrics" "${cpu[idemledger_metrics]}"
+printf '%-40s %10s\n' "hold + post (per pair)" "${cpu[hold_post]}"
 
 echo "service: webhook_intake + 2 outbox_worker processes, ${SIM_EVENTS:=10000} events" >&2
 SIM_EVENTS=$SIM_EVENTS bash scripts/demo-services.sh >"$work/service.log" 2>&1 || { cat "$work/service.log" >&2; exit 1; }
