@@ -8,6 +8,7 @@
 #include "idemledger/core/amount.hpp"
 #include "idemledger/core/log.hpp"
 #include "idemledger/core/metrics.hpp"
+#include "idemledger/core/params.hpp"
 #include "idemledger/ledger/idempotency_key.hpp"
 #include "idemledger/ledger/metrics.hpp"
 
@@ -48,6 +49,31 @@ void BM_PayloadFingerprint(benchmark::State& state) {
     benchmark::DoNotOptimize(idemledger::payload_fingerprint(424242, a, "deposit"));
 }
 BENCHMARK(BM_PayloadFingerprint);
+
+// What process_batch() computes on the client for each event before its one
+// round trip: the key, the fingerprint, and seven array elements. Reported
+// per event.
+void BM_BatchEncodingPerEvent(benchmark::State& state) {
+  const idemledger::Amount a = *idemledger::Amount::parse("1234.56");
+  std::vector<std::string> ids;
+  for (int i = 0; i < 100; ++i) ids.push_back("evt_0123456789abcdef_" + std::to_string(i));
+  for (auto _ : state) {
+    idemledger::ArrayText id, type, user, asset, amount, key, fingerprint;
+    for (const std::string& e : ids) {
+      id.add(e);
+      type.add(std::string_view("deposit"));
+      user.add(std::int64_t{424242});
+      asset.add(idemledger::Param());
+      amount.add(a);
+      key.add(idemledger::idempotency_key(e, "deposit"));
+      fingerprint.add(idemledger::payload_fingerprint(424242, a, "deposit"));
+    }
+    benchmark::DoNotOptimize(std::move(key).finish());
+    benchmark::DoNotOptimize(std::move(fingerprint).finish());
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(ids.size()));
+}
+BENCHMARK(BM_BatchEncodingPerEvent);
 
 // What every Ledger call adds when given LedgerMetrics: a histogram
 // observation and a counter increment (prometheus-cpp's instruments), from

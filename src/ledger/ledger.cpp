@@ -127,6 +127,74 @@ constexpr const auto& enum_names(ApplyAnswer) { return kApplyAnswerNames; }
 // The per-asset metrics label of an event that named no asset.
 constexpr std::string_view kDefaultAssetLabel = "default";
 
+// The single-phase types apply_event() takes; a hold step is hold(), post()
+// or void_hold().
+absl::Status check_single_phase(EventType type) {
+  if (is_hold_step(type)) {
+    return absl::InvalidArgumentError(
+        fmt::format("{} is a hold step: use hold(), post() or void_hold()", to_string(type)));
+  }
+  return absl::OkStatus();
+}
+
+void alert(AlertSink& sink, std::string_view key, std::string_view message) {
+  sink.alert({.severity = AlertSeverity::kCritical, .key = key, .message = message});
+}
+
+// What a refused apply means to the caller, for event `event_id`: the
+// server's refusal as a status, and for a few of them an alert (one of them
+// even an outcome).
+absl::StatusOr<Outcome> refusal_outcome(AlertSink& sink, std::string_view event_id,
+                                        const absl::Status& error) {
+  absl::Status status = internal::interpret_ledger_error(error);
+  const std::optional<std::string> state = sqlstate(status);
+  if (state == internal::kConflictingReplay) {
+    alert(sink, fmt::format("conflicting_replay:{}", event_id), internal::to_std(status.message()));
+  } else if (state == internal::kInconsistentRecord) {
+    alert(sink, fmt::format("inconsistent_event:{}", event_id), internal::to_std(status.message()));
+  } else if (state == internal::kGuardWithoutRecord) {
+    // balance_events proves it was applied once; nothing changed now.
+    alert(sink, fmt::format("guard_without_record:{}", event_id),
+          internal::to_std(status.message()));
+    return Outcome::kAlreadyApplied;
+  }
+  return status;
+}
+
+// apply_event()'s answer as an outcome; an orphan record (an idempotency
+// record without its event row) is alerted.
+Outcome applied_outcome(AlertSink& sink, const PaymentEvent& event, ApplyAnswer answer) {
+  switch (answer) {
+    case ApplyAnswer::kApplied:
+      return Outcome::kApplied;
+    case ApplyAnswer::kAlreadyApplied:
+      return Outcome::kAlreadyApplied;
+    case ApplyAnswer::kInsufficientFunds:
+      return Outcome::kInsufficientFunds;
+    case ApplyAnswer::kOrphanApplied:
+    case ApplyAnswer::kOrphanInsufficientFunds:
+      break;
+  }
+  const std::string_view type = to_string(event.type);
+  alert(sink, fmt::format("orphan_{}:{}", type, event.event_id),
+        fmt::format("orphan {} event {}: idempotency record exists but payment event not found",
+                    type, event.event_id));
+  return answer == ApplyAnswer::kOrphanApplied ? Outcome::kAlreadyApplied
+                                               : Outcome::kInsufficientFunds;
+}
+
+// apply_event()'s parameters $6 and $7 for `event`.
+struct EventKeys {
+  std::string key;
+  std::string fingerprint;
+};
+EventKeys keys_of(const PaymentEvent& event) {
+  const std::string_view type = to_string(event.type);
+  // The asset is compared beside the fingerprint (v1 records had none).
+  return {.key = idempotency_key(event.event_id, type),
+          .fingerprint = payload_fingerprint(event.user_id, event.amount, type)};
+}
+
 }  // namespace
 
 Ledger::Ledger(LedgerOptions options)
@@ -134,6 +202,9 @@ Ledger::Ledger(LedgerOptions options)
       apply_sql_(options_.schema.qualify("SELECT {schema}.apply_event($1, $2, $3::bigint, $4, "
                                          "$5::numeric, $6, $7, $8::boolean)")),
       fast_credit_sql_(options_.schema.qualify(kFastCreditSql)),
+      batch_sql_(options_.schema.qualify(
+          "SELECT * FROM {schema}.apply_batch($1::text[], $2::text[], $3::bigint[], $4::text[], "
+          "$5::numeric[], $6::text[], $7::text[], $8::boolean)")),
       hold_sql_(options_.schema.qualify(
           "SELECT * FROM {schema}.hold_funds($1, $2::bigint, $3, $4::numeric, $5::numeric, "
           "$6::bigint, $7, $8::boolean)")),
@@ -238,8 +309,14 @@ absl::StatusOr<Outcome> Ledger::apply(Connection& conn, const PaymentEvent& even
 void Ledger::record(absl::Time start, const absl::Status& status, std::string_view outcome,
                     std::optional<std::string_view> asset) const {
   if (options_.metrics == nullptr) return;
+  observe(options_.metrics->apply_duration, absl::Now() - start);
+  count(status, outcome, asset);
+}
+
+void Ledger::count(const absl::Status& status, std::string_view outcome,
+                   std::optional<std::string_view> asset) const {
+  if (options_.metrics == nullptr) return;
   LedgerMetrics& m = *options_.metrics;
-  observe(m.apply_duration, absl::Now() - start);
   if (!status.ok()) {
     (status.code() == absl::StatusCode::kAlreadyExists ? m.conflicts : m.errors).Increment();
     return;
@@ -258,37 +335,17 @@ void Ledger::record(absl::Time start, const absl::Status& status, std::string_vi
 absl::StatusOr<Outcome> Ledger::apply_unmeasured(Connection& conn, const PaymentEvent& event,
                                                  Route route) const {
   if (absl::Status s = validate_event(event); !s.ok()) return s;
+  if (absl::Status s = check_single_phase(event.type); !s.ok()) return s;
 
-  const std::string_view type = to_string(event.type);
-  const std::string key = idempotency_key(event.event_id, type);
-  // The asset is compared beside the fingerprint (v1 records had none).
-  const std::string fingerprint = payload_fingerprint(event.user_id, event.amount, type);
-  const Params apply(event.event_id, type, event.user_id,
-                     event.asset ? Param(event.asset->code()) : Param(), event.amount, key,
-                     fingerprint, options_.write_notifications);
-  // The answer to a failed statement: what the server's refusal means, and
-  // for a few of them an alert (one of them even an outcome).
-  const auto refused = [&](const absl::Status& error) -> absl::StatusOr<Outcome> {
-    absl::Status status = internal::interpret_ledger_error(error);
-    const std::optional<std::string> state = sqlstate(status);
-    if (state == internal::kConflictingReplay) {
-      raise_alert(AlertSeverity::kCritical, fmt::format("conflicting_replay:{}", event.event_id),
-                  internal::to_std(status.message()));
-    } else if (state == internal::kInconsistentRecord) {
-      raise_alert(AlertSeverity::kCritical, fmt::format("inconsistent_event:{}", event.event_id),
-                  internal::to_std(status.message()));
-    } else if (state == internal::kGuardWithoutRecord) {
-      // balance_events proves it was applied once; nothing changed now.
-      raise_alert(AlertSeverity::kCritical, fmt::format("guard_without_record:{}", event.event_id),
-                  internal::to_std(status.message()));
-      return Outcome::kAlreadyApplied;
-    }
-    return status;
-  };
+  const EventKeys keys = keys_of(event);
+  const Params apply(event.event_id, to_string(event.type), event.user_id,
+                     event.asset ? Param(event.asset->code()) : Param(), event.amount, keys.key,
+                     keys.fingerprint, options_.write_notifications);
+  AlertSink& sink = alert_sink_or_default(options_.alerts);
 
   if (route == Route::kOneStatementFirst) {
     absl::StatusOr<Result> result = execute_with_timeouts(conn, fast_credit_sql_, apply.span());
-    if (!result.ok()) return refused(result.status());
+    if (!result.ok()) return refusal_outcome(sink, event.event_id, result.status());
     absl::StatusOr<bool> applied = read_single<bool>(*result, "one-statement credit");
     if (!applied.ok()) return applied.status();
     if (*applied) return Outcome::kApplied;
@@ -296,26 +353,95 @@ absl::StatusOr<Outcome> Ledger::apply_unmeasured(Connection& conn, const Payment
   }
 
   absl::StatusOr<Result> result = execute_with_timeouts(conn, apply_sql_, apply.span());
-  if (!result.ok()) return refused(result.status());
+  if (!result.ok()) return refusal_outcome(sink, event.event_id, result.status());
   absl::StatusOr<ApplyAnswer> answer = read_single<ApplyAnswer>(*result, "apply_event");
   if (!answer.ok()) return answer.status();
-  switch (*answer) {
-    case ApplyAnswer::kApplied:
-      return Outcome::kApplied;
-    case ApplyAnswer::kAlreadyApplied:
-      return Outcome::kAlreadyApplied;
-    case ApplyAnswer::kInsufficientFunds:
-      return Outcome::kInsufficientFunds;
-    case ApplyAnswer::kOrphanApplied:
-    case ApplyAnswer::kOrphanInsufficientFunds:
-      break;
+  return applied_outcome(sink, event, *answer);
+}
+
+absl::StatusOr<std::vector<absl::StatusOr<Outcome>>> Ledger::process_batch(
+    Connection& conn, std::span<const PaymentEvent> events) const {
+  if (events.size() > kMaxBatchSize) {
+    return absl::InvalidArgumentError(
+        fmt::format("a batch takes at most {} events, got {}", kMaxBatchSize, events.size()));
   }
-  raise_alert(
-      AlertSeverity::kCritical, fmt::format("orphan_{}:{}", type, event.event_id),
-      fmt::format("orphan {} event {}: idempotency record exists but payment event not found", type,
-                  event.event_id));
-  return *answer == ApplyAnswer::kOrphanApplied ? Outcome::kAlreadyApplied
-                                                : Outcome::kInsufficientFunds;
+  const absl::Time start = options_.metrics != nullptr ? absl::Now() : absl::Time();
+  std::vector<absl::StatusOr<Outcome>> answers(events.size(),
+                                               absl::InternalError("no answer from apply_batch"));
+  // Element j of each array is events[sent[j]]; invalid events are answered here.
+  std::vector<std::size_t> sent;
+  sent.reserve(events.size());
+  ArrayText ids, types, users, assets, amounts, keys, fingerprints;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const PaymentEvent& e = events[i];
+    absl::Status valid = validate_event(e);
+    if (valid.ok()) valid = check_single_phase(e.type);
+    if (!valid.ok()) {
+      answers[i] = std::move(valid);
+      continue;
+    }
+    sent.push_back(i);
+    const EventKeys k = keys_of(e);
+    ids.add(e.event_id);
+    types.add(to_string(e.type));
+    users.add(e.user_id);
+    assets.add(e.asset ? Param(e.asset->code()) : Param());
+    amounts.add(e.amount);
+    keys.add(k.key);
+    fingerprints.add(k.fingerprint);
+  }
+  if (sent.empty()) return answers;
+
+  const Params params(std::move(ids).finish(), std::move(types).finish(), std::move(users).finish(),
+                      std::move(assets).finish(), std::move(amounts).finish(),
+                      std::move(keys).finish(), std::move(fingerprints).finish(),
+                      options_.write_notifications);
+  absl::StatusOr<Result> result = execute_with_timeouts(conn, batch_sql_, params.span());
+  if (!result.ok()) {
+    // The transaction did all of it or none of it, and every event is keyed:
+    // the same batch can be sent again, even after an in-doubt commit.
+    absl::Status status = mark_idempotent(internal::interpret_ledger_error(result.status()));
+    record(start, status, "", std::nullopt);
+    return status;
+  }
+  if (result->rows.size() != sent.size()) {
+    return absl::InternalError(fmt::format("apply_batch answered {} rows for {} events",
+                                           result->rows.size(), sent.size()));
+  }
+  AlertSink& sink = alert_sink_or_default(options_.alerts);
+  std::vector<bool> answered(sent.size(), false);
+  for (std::size_t r = 0; r < result->rows.size(); ++r) {
+    auto read = result->row(r)
+                    .read<std::int64_t, std::optional<ApplyAnswer>, std::optional<std::string>,
+                          std::optional<std::string>>();
+    if (!read.ok()) return read.status();
+    const auto& [ord, answer, state, message] = *read;
+    if (ord < 1 || static_cast<std::size_t>(ord) > sent.size() ||
+        answered[static_cast<std::size_t>(ord - 1)]) {
+      return absl::InternalError(fmt::format("apply_batch answered event {} unexpectedly", ord));
+    }
+    answered[static_cast<std::size_t>(ord - 1)] = true;
+    const PaymentEvent& event = events[sent[static_cast<std::size_t>(ord - 1)]];
+    absl::StatusOr<Outcome>& out = answers[sent[static_cast<std::size_t>(ord - 1)]];
+    if (answer) {
+      out = applied_outcome(sink, event, *answer);
+    } else {
+      out = refusal_outcome(
+          sink, event.event_id,
+          status_from_sqlstate(state.value_or("XX000"), message.value_or("no message")));
+      if (!out.ok()) out = mark_idempotent(out.status());
+    }
+  }
+  if (options_.metrics != nullptr) {
+    observe(options_.metrics->apply_duration, absl::Now() - start);
+    for (std::size_t j = 0; j < sent.size(); ++j) {
+      const absl::StatusOr<Outcome>& out = answers[sent[j]];
+      const PaymentEvent& e = events[sent[j]];
+      count(out.status(), out.ok() ? to_string(*out) : "",
+            e.asset ? e.asset->code() : kDefaultAssetLabel);
+    }
+  }
+  return answers;
 }
 
 absl::StatusOr<Result> Ledger::execute_with_timeouts(Connection& conn, std::string_view sql,

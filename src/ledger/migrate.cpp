@@ -7,6 +7,7 @@
 
 #include "idemledger/core/connection.hpp"
 #include "idemledger/core/event_status.hpp"
+#include "idemledger/core/params.hpp"
 #include "idemledger/ledger/asset.hpp"
 #include "idemledger/ledger/hold.hpp"
 #include "idemledger/ledger/idempotency_key.hpp"
@@ -92,6 +93,11 @@ const std::vector<Migration>& migrations() {
        {
 #include "src/ledger/migrations/0013_one_statement_credit.inc"
        }},
+      {14,
+       "batch_apply",
+       {
+#include "src/ledger/migrations/0014_batch_apply.inc"
+       }},
   };
   return all;
 }
@@ -107,24 +113,17 @@ absl::Status check(const absl::StatusOr<Result>& r, std::string_view what) {
 // Keeps a database copy of a state machine equal to the library's table, on
 // every run: `edges` as (from, to, operator_only) texts into `table`.
 struct Edges {
-  std::string from = "{", to = "{", operator_only = "{";
+  ArrayText from, to, operator_only;
   template <typename S>
   void add(S f, S t, bool by_operator) {
-    const char* sep = from.size() > 1 ? "," : "";
-    fmt::format_to(std::back_inserter(from), "{}{}", sep, to_string(f));
-    fmt::format_to(std::back_inserter(to), "{}{}", sep, to_string(t));
-    fmt::format_to(std::back_inserter(operator_only), "{}{}", sep, by_operator);
-  }
-  void close() {
-    from += "}";
-    to += "}";
-    operator_only += "}";
+    from.add(to_string(f));
+    to.add(to_string(t));
+    operator_only.add(by_operator);
   }
 };
 
 absl::Status copy_edges(Connection& conn, const Schema& schema, std::string_view table,
                         std::string_view columns, Edges edges, bool with_operator_flag) {
-  edges.close();
   if (absl::Status s =
           check(conn.execute(schema.qualify(fmt::format("DELETE FROM {{schema}}.{}", table))),
                 fmt::format("clear {}", table));
@@ -135,8 +134,10 @@ absl::Status copy_edges(Connection& conn, const Schema& schema, std::string_view
       fmt::format("INSERT INTO {{schema}}.{} ({}) SELECT * FROM unnest($1::text[], $2::text[]{})",
                   table, columns, with_operator_flag ? ", $3::boolean[]" : ""));
   absl::StatusOr<Result> r =
-      with_operator_flag ? conn.execute(sql, Params(edges.from, edges.to, edges.operator_only))
-                         : conn.execute(sql, Params(edges.from, edges.to));
+      with_operator_flag
+          ? conn.execute(sql, Params(std::move(edges.from).finish(), std::move(edges.to).finish(),
+                                     std::move(edges.operator_only).finish()))
+          : conn.execute(sql, Params(std::move(edges.from).finish(), std::move(edges.to).finish()));
   return check(r, fmt::format("fill {}", table));
 }
 
@@ -147,14 +148,15 @@ absl::Status sync_transitions(Connection& conn, const Schema& schema, int versio
   for (const auto& [f, t] : kValidTransitions) events.add(f, t, false);
   for (const auto& [f, t] : kOperatorTransitions) events.add(f, t, true);
   if (absl::Status s = copy_edges(conn, schema, "event_transitions",
-                                  "from_status, to_status, operator_only", events, true);
+                                  "from_status, to_status, operator_only", std::move(events), true);
       !s.ok()) {
     return s;
   }
   if (version < 10) return absl::OkStatus();
   Edges holds;
   for (const auto& [f, t] : kHoldTransitions) holds.add(f, t, false);
-  return copy_edges(conn, schema, "hold_transitions", "from_state, to_state", holds, false);
+  return copy_edges(conn, schema, "hold_transitions", "from_state, to_state", std::move(holds),
+                    false);
 }
 
 // Refuses a database whose recorded text of a version is not this library's;

@@ -94,5 +94,19 @@ TEST(Params, BindsEachTypeAsText) {
   EXPECT_EQ(v[9], "kept") << "an rvalue string is kept alive by the Params";
 }
 
+TEST(ArrayText, QuotesEveryElementAndEscapesQuoteAndBackslash) {
+  ArrayText a;
+  a.add(std::string_view(R"(a"b)"));
+  a.add(std::string_view(R"(c\d)"));
+  a.add(std::string_view("e,f}{ NULL"));
+  a.add(Param());
+  a.add(std::int64_t{-7});
+  a.add(*Amount::parse("1.50"));
+  a.add(false);
+  a.add(std::string_view(""));
+  EXPECT_EQ(std::move(a).finish(), R"({"a\"b","c\\d","e,f}{ NULL",NULL,"-7","1.5","false",""})");
+  EXPECT_EQ(ArrayText().finish(), "{}");
+}
+
 }  // namespace
 }  // namespace idemledger

@@ -11,7 +11,8 @@
 // milliseconds (bind it as $n::bigint * interval '1 millisecond');
 // std::nullopt and an empty std::optional as NULL (null_if_empty: "" too).
 //
-// Params is a value type meant to live for one call; thread-compatible.
+// Params is a value type meant to live for one call; thread-compatible. So is
+// ArrayText, which builds one array parameter (below).
 #ifndef IDEMLEDGER_CORE_PARAMS_HPP
 #define IDEMLEDGER_CORE_PARAMS_HPP
 
@@ -93,6 +94,48 @@ class Params {
 
 template <typename... Ts>
 Params(Ts&&...) -> Params<sizeof...(Ts)>;
+
+// ArrayText
+//
+// The text of a one-dimensional array parameter, for $n::text[],
+// $n::bigint[], $n::numeric[] ...: each element converted as Params converts
+// it, double-quoted with backslash and quote escaped (so any text, commas
+// and braces included, stays one element), NULL unquoted.
+//
+//   ArrayText ids;
+//   for (const auto& e : events) ids.add(e.event_id);
+//   conn.execute("... WHERE event_id = ANY($1::text[])", Params(std::move(ids).finish()));
+class ArrayText {
+ public:
+  ArrayText() : text_("{") {}
+  void reserve(std::size_t bytes) { text_.reserve(bytes); }
+
+  template <typename T>
+  void add(const T& value) {
+    if (text_.size() > 1) text_ += ',';
+    const Param v = internal::bind_text(value, scratch_);
+    if (!v) {
+      text_ += "NULL";
+      return;
+    }
+    text_ += '"';
+    for (const char c : *v) {
+      if (c == '"' || c == '\\') text_ += '\\';
+      text_ += c;
+    }
+    text_ += '"';
+  }
+
+  // The literal, closed; the builder is spent.
+  [[nodiscard]] std::string finish() && {
+    text_ += '}';
+    return std::move(text_);
+  }
+
+ private:
+  std::string text_;
+  std::string scratch_;  // one element's text when it is not a view
+};
 
 }  // namespace idemledger
 

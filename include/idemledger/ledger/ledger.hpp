@@ -86,6 +86,9 @@ inline constexpr std::size_t kMaxEventIdLength = 128;
 // refuses it), so it can never take a compensation's key.
 inline constexpr std::string_view kReorgEventIdPrefix = "reorg:";
 
+// Most events process_batch() takes in one call.
+inline constexpr std::size_t kMaxBatchSize = 1000;
+
 // What a single-phase event did. (A hold step answers a HoldResult.)
 enum class Outcome {
   kApplied,            // it happened now
@@ -169,12 +172,40 @@ class Ledger {
 
   // process_event()
   //
-  // Applies a single-phase event of any type: process_deposit() or
+  // Applies a single-phase event of any type (a hold step's type is
+  // kInvalidArgument): process_deposit() or
   // process_withdrawal() by type, and a reorg_compensation as a plain debit
   // that answers kFailedPrecondition when it exceeds the available funds
   // (without the dead letter and alert process_compensation() adds).
   [[nodiscard]] absl::StatusOr<Outcome> process_event(Connection& conn,
                                                       const PaymentEvent& event) const;
+
+  // process_batch()
+  //
+  // Applies up to kMaxBatchSize single-phase events — deposits, airdrops,
+  // withdrawals, withdrawal fees, reorg compensations; any users, any assets
+  // — in one transaction and one round trip, and answers one result per
+  // event, in input order: exactly what process_event() would have answered
+  // had the events been sent one by one in that order. A duplicate within
+  // the batch or of an earlier call is kAlreadyApplied, a conflicting replay
+  // kAlreadyExists (alerted), a debit is judged against the funds the events
+  // before it left, an unknown user is kNotFound, an invalid event is
+  // kInvalidArgument (and not sent); one event's refusal never aborts the
+  // others. Hold steps are not batched (use hold(), post(), void_hold()).
+  //
+  // The returned status is the batch's own: kInvalidArgument for more than
+  // kMaxBatchSize events, or a retryable error (a lock or statement timeout,
+  // a lost connection, an in-doubt commit) after which all of it or none of
+  // it was applied; sending the same batch again answers exactly.
+  //
+  // Concurrent batches lock their accounts in one order and never deadlock
+  // each other. Credits to accounts the batch does not debit are written
+  // set-based (one update per account); every other event runs as its own
+  // subtransaction, so keep those under 64 per batch: past that PostgreSQL's
+  // per-backend subtransaction cache overflows and other sessions' snapshots
+  // slow down while the batch runs.
+  [[nodiscard]] absl::StatusOr<std::vector<absl::StatusOr<Outcome>>> process_batch(
+      Connection& conn, std::span<const PaymentEvent> events) const;
 
   // process_compensation()
   //
@@ -277,10 +308,14 @@ class Ledger {
   // and the same by asset when `asset` is known.
   void record(absl::Time start, const absl::Status& status, std::string_view outcome,
               std::optional<std::string_view> asset) const;
+  // The outcome counters of record(), without the latency.
+  void count(const absl::Status& status, std::string_view outcome,
+             std::optional<std::string_view> asset) const;
 
   LedgerOptions options_;
   std::string apply_sql_;
   std::string fast_credit_sql_;
+  std::string batch_sql_;
   std::string hold_sql_;
   std::string post_sql_;
   std::string void_sql_;

@@ -40,7 +40,7 @@ class Connection;
 //   idemledger_asset_outcomes_total{asset,outcome}  the same by asset, for
 //       calls the database accepted (registered assets only: bounded)
 //   idemledger_holds_expired_total              holds the sweeper released
-//   idemledger_apply_duration_seconds           one Ledger call, client side
+//   idemledger_apply_duration_seconds           one Ledger call, client side (a batch is one call)
 //   idemledger_retries_scheduled_total          transient failure -> pending
 //   idemledger_dead_lettered_total{reason}      dead letters written
 //   idemledger_recovered_total                  expired leases -> pending
