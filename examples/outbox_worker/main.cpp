@@ -8,7 +8,7 @@
 // and drains the dead-letter spool. SIGTERM: finish the batch in hand, exit.
 //
 // Configuration (environment): IDEMLEDGER_DSN, IDEMLEDGER_SCHEMA (idemledger),
-// IDEMLEDGER_WORKER_THREADS (2), IDEMLEDGER_BATCH_SIZE (32),
+// IDEMLEDGER_WORKER_THREADS (2), IDEMLEDGER_BATCH_SIZE (32), IDEMLEDGER_APPLY_IN_BATCHES (1),
 // IDEMLEDGER_LEASE_MS (30000), IDEMLEDGER_POLL_MS (500),
 // IDEMLEDGER_RETRY_BASE_MS (1000), IDEMLEDGER_DLQ_SPOOL (./dead_letters.spool),
 // IDEMLEDGER_DLQ_SPOOL_KEY (required, >= 32 bytes: seals every spool line, so
@@ -82,7 +82,8 @@ int main() {
                .finality = finality ? &*finality : nullptr,
                .finality_recheck = absl::Milliseconds(
                    example::env_long("IDEMLEDGER_FINALITY_RECHECK_MS", 15'000, 10, 3'600'000)),
-               .log = &logs});
+               .log = &logs,
+               .apply_in_batches = example::env_long("IDEMLEDGER_APPLY_IN_BATCHES", 1, 0, 1) == 1});
   // One connection per worker thread, one more for scrapes.
   idemledger::pg::Pool pool(
       {.dsn = dsn,
@@ -127,10 +128,9 @@ int main() {
         }
         absl::StatusOr<std::vector<idemledger::ClaimedEvent>> claimed = dispatcher.claim(**conn);
         if (!claimed.ok()) break;
-        for (const idemledger::ClaimedEvent& c : *claimed) {  // finished even if SIGTERM arrives
-          (void)dispatcher.process(**conn, c);                // logs one line per event
-          ++processed;
-        }
+        // Finished even if SIGTERM arrives; logs one line per event.
+        (void)dispatcher.process_all(**conn, *claimed);
+        processed += static_cast<long>(claimed->size());
         if (claimed->empty()) (void)dispatcher.wait_for_work(**conn, absl::Milliseconds(poll_ms));
       }
     }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <span>
@@ -67,7 +68,11 @@ absl::StatusOr<std::vector<ClaimedEvent>> Dispatcher::claim(Connection& conn) co
 
 absl::StatusOr<Disposition> Dispatcher::process(Connection& conn,
                                                 const ClaimedEvent& claimed) const {
-  absl::StatusOr<Disposition> d = process_unmeasured(conn, claimed);
+  return measured(claimed, process_unmeasured(conn, claimed));
+}
+
+absl::StatusOr<Disposition> Dispatcher::measured(const ClaimedEvent& claimed,
+                                                 absl::StatusOr<Disposition> d) const {
   if (d.ok() && (*d == Disposition::kApplied || *d == Disposition::kAlreadyApplied ||
                  *d == Disposition::kInsufficientFunds)) {
     log_disposition(claimed, *d, "");  // failures are logged with their error where recorded
@@ -86,12 +91,20 @@ absl::StatusOr<Disposition> Dispatcher::process(Connection& conn,
 
 absl::StatusOr<Disposition> Dispatcher::process_unmeasured(Connection& conn,
                                                            const ClaimedEvent& claimed) const {
-  if (options_.finality != nullptr && is_credit(claimed.event.type)) {
+  if (needs_finality(claimed)) {
     absl::StatusOr<std::optional<Disposition>> held = hold_until_final(conn, claimed);
     if (!held.ok()) return held.status();
     if (*held) return **held;
   }
-  absl::StatusOr<Outcome> outcome = apply(conn, claimed);
+  return settle(conn, claimed, apply(conn, claimed));
+}
+
+bool Dispatcher::needs_finality(const ClaimedEvent& claimed) const {
+  return options_.finality != nullptr && is_credit(claimed.event.type);
+}
+
+absl::StatusOr<Disposition> Dispatcher::settle(Connection& conn, const ClaimedEvent& claimed,
+                                               const absl::StatusOr<Outcome>& outcome) const {
   if (!outcome.ok()) return record_failure(conn, claimed, outcome.status());
   switch (*outcome) {
     case Outcome::kApplied:
@@ -102,6 +115,27 @@ absl::StatusOr<Disposition> Dispatcher::process_unmeasured(Connection& conn,
       return Disposition::kInsufficientFunds;
   }
   return absl::InternalError("unknown ledger outcome");
+}
+
+absl::Status Dispatcher::process_together(Connection& conn,
+                                          std::span<const ClaimedEvent* const> claimed) const {
+  std::vector<PaymentEvent> events;
+  events.reserve(claimed.size());
+  for (const ClaimedEvent* c : claimed) events.push_back(c->event);
+  absl::StatusOr<std::vector<absl::StatusOr<Outcome>>> answers =
+      ledger_.process_batch(conn, events);
+  if (!answers.ok() && connection_broken(answers.status())) {
+    return answers.status();  // in doubt or not, the leases bring them back; the keys make it exact
+  }
+  for (std::size_t i = 0; i < claimed.size(); ++i) {
+    // The batch as a whole failed (a lock or statement timeout): nothing of
+    // it was applied, and each event takes its own turn.
+    absl::StatusOr<Disposition> d =
+        answers.ok() ? measured(*claimed[i], settle(conn, *claimed[i], (*answers)[i]))
+                     : process(conn, *claimed[i]);
+    if (!d.ok() && connection_broken(d.status())) return d.status();
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Outcome> Dispatcher::apply(Connection& conn, const ClaimedEvent& claimed) const {
@@ -253,13 +287,39 @@ void Dispatcher::log_disposition(const ClaimedEvent& claimed, Disposition d,
 absl::StatusOr<int> Dispatcher::run_once(Connection& conn) const {
   absl::StatusOr<std::vector<ClaimedEvent>> batch = claim(conn);
   if (!batch.ok()) return batch.status();
-  for (const ClaimedEvent& c : *batch) {
+  if (absl::Status s = process_all(conn, *batch); !s.ok()) return s;
+  return static_cast<int>(batch->size());
+}
+
+absl::Status Dispatcher::process_all(Connection& conn,
+                                     std::span<const ClaimedEvent> claimed) const {
+  // In claim order: each run of single-phase events that wait for nothing
+  // is applied together (one transaction, one round trip); a hold step or a
+  // credit waiting for finality goes alone, after the run before it — a
+  // hold must see the deposit claimed ahead of it.
+  std::vector<const ClaimedEvent*> run;
+  const auto flush = [&]() -> absl::Status {
+    for (std::size_t at = 0; at < run.size(); at += kMaxBatchSize) {
+      const std::size_t n = std::min(kMaxBatchSize, run.size() - at);
+      if (absl::Status s = process_together(conn, std::span(run).subspan(at, n)); !s.ok()) {
+        return s;
+      }
+    }
+    run.clear();
+    return absl::OkStatus();
+  };
+  for (const ClaimedEvent& c : claimed) {
+    if (options_.apply_in_batches && !is_hold_step(c.event.type) && !needs_finality(c)) {
+      run.push_back(&c);
+      continue;
+    }
+    if (absl::Status s = flush(); !s.ok()) return s;
     // A failure to record one outcome leaves that event to its lease; the
-    // rest of the batch still gets its turn unless the session is gone.
+    // rest still get their turn unless the session is gone.
     absl::StatusOr<Disposition> d = process(conn, c);
     if (!d.ok() && connection_broken(d.status())) return d.status();
   }
-  return static_cast<int>(batch->size());
+  return flush();
 }
 
 absl::Status Dispatcher::listen(Connection& conn) const {

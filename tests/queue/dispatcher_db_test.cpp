@@ -141,6 +141,64 @@ TEST_F(DispatcherTest, RunOnceAppliesEveryClaimedEventOnce) {
   expect_reconciled();
 }
 
+// A claim's single-phase events are applied in one transaction (every
+// posting carries one timestamp); a poisoned one among them still ends alone,
+// failed with its dead letter, and an overdraft is its own outcome. (now()
+// is the transaction's start: one created_at for all the postings.)
+TEST_F(DispatcherTest, RunOnceAppliesAClaimInOneTransaction_APoisonedEventEndsAlone) {
+  open_account(1, "0");
+  record_pending(5, "2.5");
+  record_event(event("q_w", EventType::kWithdrawal, 1, "100"), "pending");
+  exec(
+      "INSERT INTO {schema}.processed_events (idempotency_key, fingerprint, outcome, asset) "
+      "VALUES ('" +
+      idempotency_key("q_2", "deposit") +
+      "', 'someone else''s fingerprint', 'success', 'DEFAULT')");
+  Dispatcher d(*ledger_, dispatch_options());
+  EXPECT_EQ(*d.run_once(*conn_), 6);
+  EXPECT_EQ(balance(1), "10");
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE status = 'confirmed'"), 4);
+  EXPECT_EQ(status_of("q_2"), "failed");
+  EXPECT_EQ(status_of("q_w"), "failed");
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.dead_letter_queue"), 1);
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.dead_letter_queue WHERE event_id = 'q_2' AND "
+                  "reason = 'already_exists'"),
+            1);
+  EXPECT_EQ(count("SELECT count(DISTINCT created_at) FROM {schema}.balance_events"), 1)
+      << "one transaction for the claim";
+  expect_reconciled();
+
+  // One by one when asked: a transaction each.
+  for (int i = 0; i < 3; ++i) {
+    record_event(event("r_" + std::to_string(i), EventType::kDeposit, 1, "1"), "pending");
+  }
+  Dispatcher alone(*ledger_, dispatch_options({.apply_in_batches = false}));
+  EXPECT_EQ(*alone.run_once(*conn_), 3);
+  EXPECT_EQ(count("SELECT count(DISTINCT created_at) FROM {schema}.balance_events"), 4);
+  EXPECT_EQ(balance(1), "13");
+}
+
+// The batch fails as a whole (its accounts stay locked past lock_timeout):
+// each event then takes its own turn and gets its own durable retry.
+TEST_F(DispatcherTest, ABatchTimingOutWholeFallsBackToEachEvent) {
+  open_account(1, "0");
+  record_pending(3, "1");
+  std::unique_ptr<pg::Connection> holder =
+      hold_locks("SELECT 1 FROM {schema}.accounts WHERE user_id = 1 FOR NO KEY UPDATE");
+  const Ledger impatient(options({.lock_timeout = absl::Milliseconds(100)}));
+  Dispatcher d(impatient, dispatch_options({.retry_base = absl::Seconds(10)}));
+  EXPECT_EQ(*d.run_once(*conn_), 3);
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE status = 'pending' AND "
+                  "retry_count = 1 AND last_error LIKE '%55P03%'"),
+            3);
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.dead_letter_queue"), 0);
+  ASSERT_TRUE(holder->execute("ROLLBACK").ok());
+  exec("UPDATE {schema}.payment_events SET next_attempt_at = now()");
+  EXPECT_EQ(*d.run_once(*conn_), 3);
+  EXPECT_EQ(balance(1), "3");
+  expect_reconciled();
+}
+
 TEST_F(DispatcherTest, TransientFailureIsRetriedDurablyWithBackoff) {
   open_account(1, "100");
   record_pending(1, "10", EventType::kWithdrawal);

@@ -2,7 +2,8 @@
 //
 // Intake records events as `pending`; workers claim due ones with
 // FOR UPDATE SKIP LOCKED into `enqueued` under a lease, commit, then apply
-// each through the Ledger in its own transaction: credits and single-phase
+// them through the Ledger — the single-phase ones of a claim together in one
+// transaction (process_batch), the others each in its own: credits and single-phase
 // debits, and the steps of two-phase withdrawals (withdrawal_requested
 // holds, withdrawal_confirmed posts, withdrawal_failed voids; a post or void
 // the hold no longer allows ends failed with a dead letter — and the
@@ -26,14 +27,16 @@
 //   a dead_letter_queue row written in the same transaction. An expired lease
 //   returns the event to pending at most max_recoveries times, then failed +
 //   dead letter + critical alert.
-// - Each event is its own transaction, so one bad event never rolls back
-//   another's work.
+// - One bad event never rolls back another's work: events are applied one
+//   transaction each, or together in one Ledger::process_batch where each
+//   runs as if alone and a refusal is that event's answer.
 //
 // Dispatcher is thread-safe (configuration only); each call needs a
 // Connection no other thread uses meanwhile.
 #ifndef IDEMLEDGER_QUEUE_DISPATCHER_HPP
 #define IDEMLEDGER_QUEUE_DISPATCHER_HPP
 
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -85,6 +88,9 @@ struct DispatcherOptions {
   // One structured line per processed event (with intake's trace id) and per
   // recovery; nullptr logs nothing.
   LogSink* log = nullptr;
+  // run_once() applies a claim's single-phase events that wait for nothing
+  // in one Ledger::process_batch (one transaction); false: one by one.
+  bool apply_in_batches = true;
 };
 
 // An event a worker owns until its lease expires.
@@ -150,9 +156,22 @@ class Dispatcher {
   [[nodiscard]] absl::StatusOr<Disposition> process(Connection& conn,
                                                     const ClaimedEvent& claimed) const;
 
+  // process_all()
+  //
+  // Applies claimed events in claim order: each run of single-phase events
+  // that wait for nothing in one Ledger::process_batch (one transaction, one
+  // round trip; each answer then settled as process() settles it, so a
+  // poisoned event still ends alone in the DLQ with its reason), a hold step
+  // or a credit waiting for finality through process() alone (every event
+  // so when apply_in_batches is false). If the batch fails as a whole (a lock or
+  // statement timeout) each of its events takes its own turn. Non-OK only
+  // when the session is gone: the leases bring the rest back.
+  [[nodiscard]] absl::Status process_all(Connection& conn,
+                                         std::span<const ClaimedEvent> claimed) const;
+
   // run_once()
   //
-  // claim() then process() each; returns how many events were claimed.
+  // claim() then process_all(); returns how many events were claimed.
   [[nodiscard]] absl::StatusOr<int> run_once(Connection& conn) const;
 
   // listen()
@@ -176,6 +195,18 @@ class Dispatcher {
  private:
   absl::StatusOr<Disposition> process_unmeasured(Connection& conn,
                                                  const ClaimedEvent& claimed) const;
+  // Logs and counts what became of `claimed`.
+  absl::StatusOr<Disposition> measured(const ClaimedEvent& claimed,
+                                       absl::StatusOr<Disposition> d) const;
+  // What the ledger's answer makes of the event: its disposition, or a
+  // recorded failure (durable retry, or failed + dead letter).
+  absl::StatusOr<Disposition> settle(Connection& conn, const ClaimedEvent& claimed,
+                                     const absl::StatusOr<Outcome>& outcome) const;
+  // Single-phase events, applied in one process_batch and settled one by one.
+  absl::Status process_together(Connection& conn,
+                                std::span<const ClaimedEvent* const> claimed) const;
+  // A credit that must wait until its chain transaction is final.
+  bool needs_finality(const ClaimedEvent& claimed) const;
   // The Ledger call for the event's type.
   absl::StatusOr<Outcome> apply(Connection& conn, const ClaimedEvent& claimed) const;
   void log_disposition(const ClaimedEvent& claimed, Disposition d, std::string_view error) const;
