@@ -98,6 +98,11 @@ const std::vector<Migration>& migrations() {
        {
 #include "src/ledger/migrations/0014_batch_apply.inc"
        }},
+      {15,
+       "record_batch",
+       {
+#include "src/ledger/migrations/0015_record_batch.inc"
+       }},
   };
   return all;
 }

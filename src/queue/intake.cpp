@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -10,6 +11,7 @@
 
 #include "absl/strings/ascii.h"
 #include "idemledger/core/connection.hpp"
+#include "idemledger/core/params.hpp"
 #include "idemledger/core/status.hpp"
 #include "idemledger/ledger/asset.hpp"
 #include "idemledger/ledger/ledger.hpp"
@@ -254,16 +256,32 @@ absl::StatusOr<WebhookEvent> parse_webhook(std::string_view raw_body) {
   return event;
 }
 
-absl::StatusOr<RecordResult> record_webhook_event(Connection& conn, const Schema& schema,
-                                                  const WebhookEvent& event,
-                                                  std::string_view trace_id,
-                                                  std::string_view raw_body) {
-  // record_event() spells its answers as the database does.
+namespace {
+
+// record_event() spells its answers as the database does.
+absl::StatusOr<RecordResult> read_record_answer(std::string_view answer) {
   static constexpr EnumNames<RecordResult, 3> kAnswers{{{
       {RecordResult::kAccepted, "accepted"},
       {RecordResult::kDuplicate, "duplicate"},
       {RecordResult::kUnmatchedAddress, "unmatched"},
   }}};
+  if (std::optional<RecordResult> result = kAnswers.parse(answer)) return *result;
+  return absl::InternalError(
+      fmt::format("record_event answered {}", internal::quoted_for_humans(answer)));
+}
+
+// A refused record, keyed by the event id (ON CONFLICT DO NOTHING): running
+// it again after an in-doubt commit answers "duplicate", never a second row.
+absl::Status refused_record(const absl::Status& error) {
+  return mark_idempotent(internal::interpret_ledger_error(error));
+}
+
+}  // namespace
+
+absl::StatusOr<RecordResult> record_webhook_event(Connection& conn, const Schema& schema,
+                                                  const WebhookEvent& event,
+                                                  std::string_view trace_id,
+                                                  std::string_view raw_body) {
   absl::StatusOr<Result> r = conn.execute(
       schema.qualify("SELECT {schema}.record_event($1, $2, $3::numeric, $4, $5, $6, $7, "
                      "$8::bigint, $9::numeric, $10, $11::bigint, $12, $13, $14)"),
@@ -272,14 +290,108 @@ absl::StatusOr<RecordResult> record_webhook_event(Connection& conn, const Schema
              null_if_empty(event.to_address), event.user_id, event.fee,
              null_if_empty(event.hold_id), event.expires_in, null_if_empty(trace_id), raw_body,
              null_if_empty(event.tx_hash)));
-  // Keyed by the event id (ON CONFLICT DO NOTHING): running it again after an
-  // in-doubt commit answers "duplicate", never a second row.
-  if (!r.ok()) return mark_idempotent(internal::interpret_ledger_error(r.status()));
+  if (!r.ok()) return refused_record(r.status());
   absl::StatusOr<std::string> answer = read_single<std::string>(*r, "record_event");
   if (!answer.ok()) return answer.status();
-  if (std::optional<RecordResult> result = kAnswers.parse(*answer)) return *result;
-  return absl::InternalError(
-      fmt::format("record_event answered {}", internal::quoted_for_humans(*answer)));
+  return read_record_answer(*answer);
+}
+
+RecordBatcher::RecordBatcher(RecordBatcherOptions options)
+    : options_(options),
+      sql_(options_.schema.qualify(
+          "SELECT * FROM {schema}.record_events($1::text[], $2::text[], $3::numeric[], "
+          "$4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::numeric[], "
+          "$10::text[], $11::bigint[], $12::text[], $13::text[], $14::text[])")) {
+  options_.max_batch = std::clamp<std::size_t>(options_.max_batch, 1, kMaxRecordBatch);
+  if (options_.max_wait < absl::ZeroDuration()) options_.max_wait = absl::ZeroDuration();
+}
+
+absl::StatusOr<RecordResult> RecordBatcher::record(Connection& conn, const WebhookEvent& event,
+                                                   std::string_view trace_id,
+                                                   std::string_view raw_body) {
+  Delivery mine{.event = &event, .trace_id = trace_id, .raw_body = raw_body};
+  std::shared_ptr<Batch> batch;
+  {
+    MutexLock lock(&mu_);
+    const bool leads = open_ == nullptr;
+    if (leads) open_ = std::make_shared<Batch>();
+    batch = open_;
+    batch->deliveries.push_back(&mine);
+    if (batch->deliveries.size() >= options_.max_batch) {
+      batch->closed = true;
+      open_.reset();
+    }
+    if (!leads) {
+      // The leader records it and sets `done` under this lock.
+      mu_.AwaitWithDeadline([&] { return batch->done; }, absl::InfiniteFuture());
+      return std::move(mine.result);
+    }
+    mu_.AwaitWithDeadline([&] { return batch->closed; }, absl::Now() + options_.max_wait);
+    if (!batch->closed) {  // not full: still the open batch, closed now
+      batch->closed = true;
+      open_.reset();
+    }
+  }
+  // Closed: nobody appends any more, and the followers only wait.
+  record_all(conn, batch->deliveries);
+  {
+    MutexLock lock(&mu_);
+    batch->done = true;
+  }
+  return std::move(mine.result);
+}
+
+void RecordBatcher::record_all(Connection& conn, const std::vector<Delivery*>& deliveries) const {
+  ArrayText ids, types, amounts, assets, chains, contracts, addresses, users, fees, holds, expires,
+      traces, payloads, hashes;
+  for (const Delivery* d : deliveries) {
+    const WebhookEvent& e = *d->event;
+    ids.add(e.event_id);
+    types.add(to_string(e.type));
+    amounts.add(e.amount);
+    assets.add(null_if_empty(e.asset));
+    chains.add(null_if_empty(e.chain));
+    contracts.add(null_if_empty(e.contract));
+    addresses.add(null_if_empty(e.to_address));
+    users.add(e.user_id);
+    fees.add(e.fee);
+    holds.add(null_if_empty(e.hold_id));
+    expires.add(e.expires_in);
+    traces.add(null_if_empty(d->trace_id));
+    payloads.add(d->raw_body);
+    hashes.add(null_if_empty(e.tx_hash));
+  }
+  const Params params(
+      std::move(ids).finish(), std::move(types).finish(), std::move(amounts).finish(),
+      std::move(assets).finish(), std::move(chains).finish(), std::move(contracts).finish(),
+      std::move(addresses).finish(), std::move(users).finish(), std::move(fees).finish(),
+      std::move(holds).finish(), std::move(expires).finish(), std::move(traces).finish(),
+      std::move(payloads).finish(), std::move(hashes).finish());
+  absl::StatusOr<Result> r = conn.execute(sql_, params);
+  if (!r.ok()) {
+    // All of it or none of it, and not known which: nobody may answer 200.
+    const absl::Status failed = refused_record(r.status());
+    for (Delivery* d : deliveries) d->result = failed;
+    return;
+  }
+  if (r->rows.size() != deliveries.size()) {
+    const absl::Status odd = absl::InternalError(fmt::format(
+        "record_events answered {} rows for {} deliveries", r->rows.size(), deliveries.size()));
+    for (Delivery* d : deliveries) d->result = odd;
+    return;
+  }
+  for (std::size_t i = 0; i < r->rows.size(); ++i) {
+    auto read = r->row(i)
+                    .read<std::int64_t, std::optional<std::string>, std::optional<std::string>,
+                          std::optional<std::string>>();
+    if (!read.ok()) continue;  // that delivery keeps its error: never a false 200
+    const auto& [ord, answer, state, message] = *read;
+    if (ord < 1 || static_cast<std::size_t>(ord) > deliveries.size()) continue;
+    Delivery& d = *deliveries[static_cast<std::size_t>(ord - 1)];
+    d.result = answer ? read_record_answer(*answer)
+                      : absl::StatusOr<RecordResult>(refused_record(status_from_sqlstate(
+                            state.value_or("XX000"), message.value_or("no message"))));
+  }
 }
 
 }  // namespace idemledger

@@ -27,6 +27,7 @@ TEST(MigrationCatalog, ReleasedMigrationsNeverChange) {
       {12, "2f8b246cfc03b284caa16ea43ef92382438191383d041487a228a9c128bf928e"},
       {13, "6cf665725e40478a0182c599a192b456dc2ae15141a16d5c67f3177776c10d12"},
       {14, "f809c2046f67466c22db58f7310f79fb781804b621f8b0bfde2cbae646b338eb"},
+      {15, "5b9d6a356bebce5743452ef484292018525b13a51dbe3b25d69367a799b66d1e"},
   };
   const std::vector<MigrationInfo> catalog = migration_catalog();
   ASSERT_GE(catalog.size(), pinned.size());

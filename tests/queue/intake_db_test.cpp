@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "gmock/gmock.h"
+#include "idemledger/core/status.hpp"
 #include "idemledger/ledger/asset.hpp"
 #include "idemledger/queue/dispatcher.hpp"
 #include "idemledger/queue/intake.hpp"
@@ -164,6 +165,110 @@ TEST_F(Intake, ConcurrentRedeliveriesThenWorkersApplyEachOnce) {
   EXPECT_EQ(balance(1), "45");
   EXPECT_EQ(balance(2), "45");
   expect_reconciled();
+}
+
+// Group commit: 8 threads deliver 60 events 5 times each, plus deliveries
+// the database refuses, through one RecordBatcher. Every delivery gets the
+// answer it gets alone; the transactions are fewer than the events (now() is
+// a transaction's start, so created_at tells them apart).
+TEST_F(Intake, GroupCommit_DeliveriesShareTransactionsAndEachGetsItsOwnAnswer) {
+  ASSERT_EQ(
+      *record(R"({"event_id":"pre","event_type":"deposit","amount":"1","to_address":"0xaaa"})"),
+      RecordResult::kAccepted);
+  constexpr int kEvents = 60, kCopies = 5, kThreads = 8, kRefusedEach = 10;
+  RecordBatcher batcher({.schema = schema_, .max_wait = absl::Milliseconds(5), .max_batch = 16});
+  std::atomic<int> accepted{0}, duplicates{0}, conflicts{0}, not_found{0}, invalid{0}, other{0};
+  std::atomic<int> next{0};
+  const int total = kEvents * kCopies + 3 * kRefusedEach;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      std::unique_ptr<pg::Connection> c = connect();
+      for (int i; (i = next++) < total;) {
+        std::string body;
+        if (i < kEvents * kCopies) {
+          const int id = i % kEvents;
+          body = R"({"event_id":"g)" + std::to_string(id) +
+                 R"(","event_type":"deposit","amount":"1.5","to_address":")" +
+                 (id % 2 ? "0xaaa" : "0xbbb") + R"("})";
+        } else if (const int k = i - kEvents * kCopies; k < kRefusedEach) {
+          body = R"({"event_id":"pre","event_type":"deposit","amount":"2","to_address":"0xaaa"})";
+        } else if (k < 2 * kRefusedEach) {
+          body = R"({"event_id":"w)" + std::to_string(k) +
+                 R"(","event_type":"withdrawal","amount":"1","user_id":999})";
+        } else {
+          body = R"({"event_id":"x)" + std::to_string(k) +
+                 R"(","event_type":"deposit","amount":"1","asset":"NOPE","to_address":"0xaaa"})";
+        }
+        absl::StatusOr<RecordResult> r = batcher.record(*c, *parse_webhook(body), "", body);
+        if (r.ok()) {
+          (*r == RecordResult::kAccepted ? accepted : duplicates)++;
+        } else if (r.status().code() == absl::StatusCode::kAlreadyExists) {
+          ++conflicts;
+        } else if (r.status().code() == absl::StatusCode::kNotFound) {
+          ++not_found;
+        } else if (r.status().code() == absl::StatusCode::kInvalidArgument) {
+          ++invalid;
+        } else {
+          std::fprintf(stderr, "%s\n", r.status().ToString().c_str());
+          ++other;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_EQ(accepted.load(), kEvents);
+  EXPECT_EQ(duplicates.load(), kEvents * (kCopies - 1));
+  EXPECT_EQ(conflicts.load(), kRefusedEach);
+  EXPECT_EQ(not_found.load(), kRefusedEach);
+  EXPECT_EQ(invalid.load(), kRefusedEach);
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE event_id LIKE 'g%'"),
+            kEvents);
+  const long transactions = count(
+      "SELECT count(DISTINCT created_at) FROM {schema}.payment_events WHERE event_id LIKE 'g%'");
+  EXPECT_LT(transactions, kEvents) << "deliveries shared transactions";
+  EXPECT_GE(transactions, kEvents / 16);
+
+  Dispatcher d(*ledger_, {.schema = schema_, .batch_size = 25, .alerts = &alerts_});
+  while (*d.run_once(*conn_) > 0) {
+  }
+  EXPECT_EQ(balance(1), "46");  // 30 x 1.5 + pre
+  EXPECT_EQ(balance(2), "45");
+  expect_reconciled();
+}
+
+// A connection whose every statement fails as a lost session would.
+class LostConnection : public ForwardingConnection {
+ public:
+  using Connection::execute;
+  using ForwardingConnection::ForwardingConnection;
+  absl::StatusOr<Result> execute(std::string_view, std::span<const Param>) override {
+    return absl::UnavailableError("connection lost (test)");
+  }
+};
+
+// The batch's transaction fails: every delivery in it, the followers' too,
+// gets the retryable error — nobody may answer 200 — and nothing is recorded.
+TEST_F(Intake, GroupCommit_AFailedBatchFailsEveryDeliveryInIt) {
+  RecordBatcher batcher({.schema = schema_, .max_wait = absl::Milliseconds(500), .max_batch = 2});
+  LostConnection lost(*conn_);
+  const std::string first =
+      R"({"event_id":"f1","event_type":"deposit","amount":"1","to_address":"0xaaa"})";
+  const std::string second =
+      R"({"event_id":"f2","event_type":"deposit","amount":"1","to_address":"0xbbb"})";
+  absl::StatusOr<RecordResult> led, followed;
+  std::thread leader([&] { led = batcher.record(lost, *parse_webhook(first), "", first); });
+  absl::SleepFor(absl::Milliseconds(100));  // the leader is gathering
+  std::unique_ptr<pg::Connection> fine = connect();
+  followed = batcher.record(*fine, *parse_webhook(second), "", second);
+  leader.join();
+  EXPECT_EQ(led.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(followed.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(is_retryable(followed.status()));
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events"), 0);
+  // Sent again, each is recorded.
+  EXPECT_EQ(*batcher.record(*fine, *parse_webhook(second), "", second), RecordResult::kAccepted);
 }
 
 class IntakeAssets : public Intake {

@@ -12,6 +12,9 @@
 //   absl::StatusOr<RecordResult> r = record_webhook_event(conn, schema, *e, trace_id, raw_body);
 //   // kAlreadyExists -> 409; kAccepted / kDuplicate / kUnmatchedAddress -> 200
 //
+// A server with many concurrent deliveries records them through one
+// RecordBatcher instead (group commit: one transaction for many, below).
+//
 // Guarantees: the signature is checked over the raw bytes (a re-serialised
 // body fails) in constant time; a secret under 32 bytes refuses to start.
 // Deposits are credited to the owner of `to_address` (deposit_addresses),
@@ -24,15 +27,18 @@
 #define IDEMLEDGER_QUEUE_INTAKE_HPP
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "idemledger/core/amount.hpp"
 #include "idemledger/core/enum_names.hpp"
 #include "idemledger/core/event_type.hpp"
+#include "idemledger/core/mutex.hpp"
 #include "idemledger/core/schema.hpp"
 
 namespace idemledger {
@@ -138,6 +144,66 @@ constexpr const auto& enum_names(RecordResult) { return kRecordResultNames; }
                                                                 const WebhookEvent& event,
                                                                 std::string_view trace_id,
                                                                 std::string_view raw_body);
+
+// Most deliveries RecordBatcher records in one transaction: each is a
+// subtransaction, and past 64 in one transaction PostgreSQL's per-backend
+// subtransaction cache overflows and slows every session's snapshots.
+inline constexpr std::size_t kMaxRecordBatch = 64;
+
+struct RecordBatcherOptions {
+  Schema schema = kDefaultSchema;
+  // How long the first delivery of a batch waits for others; zero records
+  // at once what has gathered meanwhile.
+  absl::Duration max_wait = absl::Milliseconds(2);
+  // A batch this full is recorded without waiting longer (1..kMaxRecordBatch).
+  std::size_t max_batch = 32;
+};
+
+// RecordBatcher
+//
+// Intake's group commit: concurrent record() calls are gathered for at most
+// max_wait (or until max_batch) and recorded in one transaction — one
+// commit, one flush of the WAL, for all of them — by the first caller of
+// the batch, on its own connection, while the others wait.
+//
+// Guarantees: record() returns only after the transaction holding its
+// delivery committed, with exactly the answer record_webhook_event() would
+// have given it (a delivery the batch refuses — a conflict, an unknown user
+// or asset — is refused alone; the others are recorded). If the batch fails
+// as a whole (a lost connection, an in-doubt commit, a timeout), every call
+// in it returns that retryable status and nothing of it is known to be
+// durable, so no caller may acknowledge; recording again is keyed by event id
+// and answers kDuplicate for whatever did commit.
+//
+// Thread-safe; each caller passes a Connection no other thread uses meanwhile.
+class RecordBatcher {
+ public:
+  explicit RecordBatcher(RecordBatcherOptions options);
+
+  [[nodiscard]] absl::StatusOr<RecordResult> record(Connection& conn, const WebhookEvent& event,
+                                                    std::string_view trace_id,
+                                                    std::string_view raw_body);
+
+ private:
+  struct Delivery {
+    const WebhookEvent* event;
+    std::string_view trace_id;
+    std::string_view raw_body;
+    absl::StatusOr<RecordResult> result = absl::UnknownError("not recorded");
+  };
+  struct Batch {
+    std::vector<Delivery*> deliveries;
+    bool closed = false;  // no delivery joins any more
+    bool done = false;    // every result is set
+  };
+  // Records `deliveries` in one transaction and sets each result.
+  void record_all(Connection& conn, const std::vector<Delivery*>& deliveries) const;
+
+  RecordBatcherOptions options_;
+  std::string sql_;
+  Mutex mu_;
+  std::shared_ptr<Batch> open_ ABSL_GUARDED_BY(mu_);
+};
 
 }  // namespace idemledger
 
