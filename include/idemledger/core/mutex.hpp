@@ -40,9 +40,12 @@ class ABSL_LOCKABLE Mutex {
   //
   // Releases the lock until `ready()` holds (checked with the lock held) or
   // `deadline` passes; returns whether it holds. REQUIRES: this is held.
+  // Releasing it is an unlock too: what the caller changed before waiting
+  // wakes the other waiters.
   template <typename Ready>
   bool AwaitWithDeadline(Ready ready, absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(this) {
     std::unique_lock<std::mutex> held(mu_, std::adopt_lock);
+    if (waiters_ > 0) changed_.notify_all();  // they re-check once the wait below unlocks
     ++waiters_;
     bool ok = true;
     if (deadline == absl::InfiniteFuture()) {
