@@ -103,6 +103,11 @@ const std::vector<Migration>& migrations() {
        {
 #include "src/ledger/migrations/0015_record_batch.inc"
        }},
+      {16,
+       "one_notify_per_batch",
+       {
+#include "src/ledger/migrations/0016_one_notify_per_batch.inc"
+       }},
   };
   return all;
 }

@@ -28,6 +28,7 @@ TEST(MigrationCatalog, ReleasedMigrationsNeverChange) {
       {13, "6cf665725e40478a0182c599a192b456dc2ae15141a16d5c67f3177776c10d12"},
       {14, "f809c2046f67466c22db58f7310f79fb781804b621f8b0bfde2cbae646b338eb"},
       {15, "5b9d6a356bebce5743452ef484292018525b13a51dbe3b25d69367a799b66d1e"},
+      {16, "97f591aaa99948b32df60871a486a59284b5b3d04ea8a4dae9e9f2811031e7a7"},
   };
   const std::vector<MigrationInfo> catalog = migration_catalog();
   ASSERT_GE(catalog.size(), pinned.size());

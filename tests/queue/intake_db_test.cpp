@@ -8,6 +8,7 @@
 #include "idemledger/ledger/asset.hpp"
 #include "idemledger/queue/dispatcher.hpp"
 #include "idemledger/queue/intake.hpp"
+#include "libpq-fe.h"
 #include "tests/support/test_db.hpp"
 
 namespace idemledger::testing {
@@ -236,6 +237,59 @@ TEST_F(Intake, GroupCommit_DeliveriesShareTransactionsAndEachGetsItsOwnAnswer) {
   EXPECT_EQ(balance(1), "46");  // 30 x 1.5 + pre
   EXPECT_EQ(balance(2), "45");
   expect_reconciled();
+}
+
+// How many notifications a raw LISTEN session receives on the schema's
+// channel until `quiet` passes with none (libpq directly: the library's
+// wait_for_notification() drains them all as one wake-up, by design).
+int notifications_until_quiet(PGconn* listener, absl::Duration quiet) {
+  int n = 0;
+  for (absl::Time until = absl::Now() + quiet; absl::Now() < until;) {
+    absl::SleepFor(absl::Milliseconds(10));
+    if (PQconsumeInput(listener) != 1) return -1;
+    while (PGnotify* note = PQnotifies(listener)) {
+      PQfreemem(note);
+      ++n;
+      until = absl::Now() + quiet;
+    }
+  }
+  return n;
+}
+
+// A group commit of many accepted deliveries wakes the workers once.
+TEST_F(Intake, GroupCommit_OneBatchIsOneNotification) {
+  IDEMLEDGER_NEEDS_OWN_SESSION("LISTEN");
+  std::unique_ptr<PGconn, decltype(&PQfinish)> listener(PQconnectdb(test_dsn().c_str()), &PQfinish);
+  ASSERT_EQ(PQstatus(listener.get()), CONNECTION_OK) << PQerrorMessage(listener.get());
+  const std::string listen = "LISTEN " + schema_name_ + "_events";
+  PQclear(PQexec(listener.get(), listen.c_str()));
+  ASSERT_EQ(notifications_until_quiet(listener.get(), absl::Milliseconds(100)), 0);
+
+  constexpr int kDeliveries = 6;
+  RecordBatcher batcher(
+      {.schema = schema_, .max_wait = absl::Seconds(5), .max_batch = kDeliveries});
+  std::vector<std::thread> threads;
+  std::atomic<int> accepted{0};
+  for (int i = 0; i < kDeliveries; ++i) {
+    threads.emplace_back([&, i] {
+      std::unique_ptr<pg::Connection> c = connect();
+      const std::string body = R"({"event_id":"one)" + std::to_string(i) +
+                               R"(","event_type":"deposit","amount":"1","to_address":"0xaaa"})";
+      absl::StatusOr<RecordResult> r = batcher.record(*c, *parse_webhook(body), "", body);
+      if (r.ok() && *r == RecordResult::kAccepted) ++accepted;
+    });
+  }
+  for (auto& th : threads) th.join();
+  ASSERT_EQ(accepted.load(), kDeliveries);
+  ASSERT_EQ(count("SELECT count(DISTINCT created_at) FROM {schema}.payment_events"), 1)
+      << "the leader waits for all of them: one transaction";
+  EXPECT_EQ(notifications_until_quiet(listener.get(), absl::Milliseconds(300)), 1);
+
+  // A single delivery still wakes them, once.
+  ASSERT_EQ(
+      *record(R"({"event_id":"solo","event_type":"deposit","amount":"1","to_address":"0xbbb"})"),
+      RecordResult::kAccepted);
+  EXPECT_EQ(notifications_until_quiet(listener.get(), absl::Milliseconds(300)), 1);
 }
 
 // A connection whose every statement fails as a lost session would.
