@@ -27,14 +27,17 @@
 // (0), SIM_EVENTS (20000, round one; round two adds one per held request),
 // SIM_USERS (200), SIM_CONCURRENCY (16), SIM_WAIT_S (90, per round),
 // SIM_DELIVERIES_PER_S (0 = as fast as intake answers; a pace spreads the
-// stream over time, as the chaos soak needs), SIM_CHAOS (0; 1 while tests/chaos/run.sh breaks
-// things: a delivery whose "accepted" answer was lost with its connection comes back as
-// "duplicate", so "accepted exactly once" relaxes to "at most once" — the payment_events count
-// still proves every event was recorded once — and a worker's retries may run out, so a failed
-// event may be dead-lettered for another reason). relay-check also reads MOCK_PORT
+// stream over time, as the chaos soak needs), SIM_ACK_LOG (none; a file each
+// event id answered 200 is appended to, as the answer arrives), SIM_CHAOS (0; 1 while
+// tests/chaos/run.sh breaks things: a delivery whose "accepted" answer was lost with its connection
+// comes back as "duplicate", so "accepted exactly once" relaxes to "at most once" — the
+// payment_events count still proves every event was recorded once — and a worker's retries may run
+// out, so a failed event may be dead-lettered for another reason). relay-check also reads MOCK_PORT
 // (mock_downstream's port) and RELAY_BOUND (replicas × RELAY_MAX_IN_FLIGHT: the most requests the
 // API may see at once).
+#include <fcntl.h>
 #include <httplib.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -356,6 +359,11 @@ class Provider {
       tally_[k] = 0;
     }
   }
+  ~Provider() {
+    if (ack_log_ >= 0) ::close(ack_log_);
+  }
+  Provider(const Provider&) = delete;
+  Provider& operator=(const Provider&) = delete;
 
   std::vector<SimEvent> events;
   std::vector<std::atomic<int>> accepted_per_event = std::vector<std::atomic<int>>(0);
@@ -449,6 +457,7 @@ class Provider {
           const std::string result = nlohmann::json::parse(r->body).value("result", "");
           ++tally_[result];
           if (result == "accepted") ++accepted_per_event[static_cast<std::size_t>(d.event)];
+          if (result == "accepted" || result == "duplicate") log_ack(d);
         } else {
           ++tally_[std::to_string(r->status)];
         }
@@ -463,8 +472,29 @@ class Provider {
     }
   }
 
+  // SIM_ACK_LOG: each event id intake answered 200 for, a line each, appended
+  // as the answer arrives — so whoever kills intake can check that every id
+  // acknowledged until then is in the table. One write(2) per line on an
+  // O_APPEND descriptor: lines from concurrent senders never interleave.
+  void log_ack(const Delivery& d) const {
+    if (ack_log_ < 0) return;
+    const std::string line = events[static_cast<std::size_t>(d.event)].id + "\n";
+    if (::write(ack_log_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+      example::config_error("SIM_ACK_LOG: write failed");
+    }
+  }
+  static int open_ack_log() {
+    const std::string path = example::env_string("SIM_ACK_LOG", "");
+    if (path.empty()) return -1;
+    if (path.size() > 4096) example::config_error("SIM_ACK_LOG: longer than 4096 bytes");
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (fd < 0) example::config_error("SIM_ACK_LOG: cannot open " + path);
+    return fd;
+  }
+
   std::string dsn_;
   std::string schema_;
+  int ack_log_ = open_ack_log();
   long tolerance_s_ = 0;
   std::optional<idemledger::WebhookVerifier> signer_;
   std::map<std::string, std::atomic<long>> tally_;

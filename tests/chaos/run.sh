@@ -9,6 +9,10 @@
 # count) keeps doing all of:
 #   - SIGKILL a random worker every ~2 s, and start a new one;
 #   - SIGKILL a random relay every ~7 s, and start a new one;
+#   - SIGKILL webhook_intake every ~10 s, group commits in flight, and check,
+#     while it is down, that every event id the provider got a 200 for is in
+#     payment_events (a 200 is sent only after the commit); then start it again
+#     on the same port;
 #   - take the downstream API down (503) for 3 s every ~20 s;
 #   - pg_terminate_backend a random worker or relay connection every ~3 s;
 #   - restart the database RESTARTS times (the second with `stop -m immediate`,
@@ -55,21 +59,27 @@ export IDEMLEDGER_DLQ_SPOOL_KEY=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
 export IDEMLEDGER_DSN="$IDEMLEDGER_TEST_DSN"
 started=$(date +%s)
 # What was done when, for the timeline chart: one file per kind, one time a line.
-marks=(worker_kill relay_kill api_outage db_restart db_crash)
+marks=(worker_kill relay_kill intake_kill api_outage db_restart db_crash)
 for m in "${marks[@]}"; do : >"$logs/marks_$m.tsv"; done
 mark() { date +%s.%N >>"$logs/marks_$1.tsv"; }
 "$bin/provider_simulator/provider_simulator" setup >/dev/null
 
 pids=()
 declare -A worker_pid relay_pid
+intake_pid=""
 cleanup() {
-  kill -TERM "${pids[@]}" "${worker_pid[@]}" "${relay_pid[@]}" 2>/dev/null || true
+  kill -TERM "${pids[@]}" "${worker_pid[@]}" "${relay_pid[@]}" $intake_pid 2>/dev/null || true
   wait 2>/dev/null || true
 }
 trap cleanup EXIT
 
-IDEMLEDGER_LISTEN_PORT=0 IDEMLEDGER_RATE_LIMIT_RPS=100000 "$bin/webhook_intake/webhook_intake" >"$logs/intake.log" 2>&1 &
-pids+=($!)
+# Intake group-commits (its default): a kill lands on batches in flight.
+start_intake() {  # PORT LOG
+  IDEMLEDGER_LISTEN_PORT=$1 IDEMLEDGER_RATE_LIMIT_RPS=100000 \
+    "$bin/webhook_intake/webhook_intake" >"$2" 2>&1 &
+  intake_pid=$!
+}
+start_intake 0 "$logs/intake.log"
 start_worker() {
   IDEMLEDGER_DSN="$IDEMLEDGER_TEST_DSN application_name=chaos_worker" IDEMLEDGER_WORKER_THREADS=2 \
     IDEMLEDGER_LEASE_MS=3000 IDEMLEDGER_RETRY_BASE_MS=200 IDEMLEDGER_POLL_MS=200 \
@@ -82,6 +92,17 @@ for w in 1 2 3 4; do start_worker "$w"; done
 # shellcheck source=scripts/loopback.sh
 source scripts/loopback.sh
 port=$(logged_port "$logs/intake.log" listening)
+acks=$logs/acked.txt
+: >"$acks"
+# With intake dead nothing records events: every id acknowledged so far must
+# be in the table now. Prints how many are not.
+acked_not_recorded() {
+  { echo "CREATE TEMP TABLE acked (id text); COPY acked FROM STDIN;"
+    sort -u "$1"
+    printf '%s\n' '\.' "SELECT count(*) FROM acked a WHERE NOT EXISTS
+      (SELECT 1 FROM $schema.payment_events e WHERE e.event_id = a.id);"
+  } | "${psql[@]}" -f - | tr -d ' '
+}
 
 MOCK_DELAY_MS=1 "$bin/mock_downstream/mock_downstream" >"$logs/mock.log" 2>&1 &
 pids+=($!)
@@ -101,12 +122,12 @@ mock_http() { loopback_http "$1" "$mock_port" "$2"; }
 echo "chaos: $events events against webhook_intake :$port, 4 workers, 2 relays -> mock :$mock_port; chaos for ${chaos_s}s (logs: $logs/)"
 # Deliveries paced to span the chaos window (~2.2 per event incl. bad ones in
 # round one, ~0.6 more in round two: the withdrawals' confirmations and failures).
-SIM_CHAOS=1 SIM_EVENTS=$events SIM_WAIT_S=600 SIM_CONCURRENCY=8 IDEMLEDGER_INTAKE_PORT=$port \
+SIM_CHAOS=1 SIM_ACK_LOG="$acks" SIM_EVENTS=$events SIM_WAIT_S=600 SIM_CONCURRENCY=8 IDEMLEDGER_INTAKE_PORT=$port \
   SIM_DELIVERIES_PER_S=$((events * 28 / 10 / chaos_s + 1)) \
   "$bin/provider_simulator/provider_simulator" run >"$logs/provider.log" 2>&1 &
 provider=$!
 
-kills=0 relay_kills=0 api_outages=0 conn_kills=0 db_restarts=0 lock_holds=0
+kills=0 relay_kills=0 intake_kills=0 acks_checked=0 acked_missing=0 api_outages=0 conn_kills=0 db_restarts=0 lock_holds=0
 tick=0
 chaos_end=$(($(date +%s) + chaos_s))
 while (($(date +%s) < chaos_end)); do
@@ -123,6 +144,19 @@ while (($(date +%s) < chaos_end)); do
     kill -KILL "${relay_pid[$r]}" 2>/dev/null && relay_kills=$((relay_kills + 1)) && mark relay_kill
     wait "${relay_pid[$r]}" 2>/dev/null || true
     start_relay "$r"
+  fi
+  if ((tick % 20 == 13)); then  # ~10 s: SIGKILL intake; what it acknowledged must be there
+    kill -KILL "$intake_pid" 2>/dev/null && intake_kills=$((intake_kills + 1)) && mark intake_kill
+    wait "$intake_pid" 2>/dev/null || true
+    cp "$acks" "$logs/acked_at_kill.txt"
+    if n=$(acked_not_recorded "$logs/acked_at_kill.txt" 2>>"$logs/ack_check.log"); then
+      acked_missing=$((acked_missing + n))
+      acks_checked=$(sort -u "$logs/acked_at_kill.txt" | wc -l)
+    else
+      echo "ack check skipped: the database is restarting" >>"$logs/ack_check.log"
+    fi
+    start_intake "$port" "$logs/intake$intake_kills.log"
+    logged_port "$logs/intake$intake_kills.log" listening >/dev/null
   fi
   if ((tick % 40 == 20)); then  # ~20 s: the API answers 503 for 3 s
     mock_http POST "/control?mode=fail" >/dev/null
@@ -148,7 +182,7 @@ while (($(date +%s) < chaos_end)); do
     db_restarts=$((db_restarts + 1))
   fi
 done
-echo "chaos: stopped after ${chaos_s}s ($kills worker kills, $relay_kills relay kills, $api_outages API outages, $conn_kills connection kills, $db_restarts restarts, $lock_holds lock holds); waiting for the provider"
+echo "chaos: stopped after ${chaos_s}s ($kills worker kills, $relay_kills relay kills, $intake_kills intake kills, $api_outages API outages, $conn_kills connection kills, $db_restarts restarts, $lock_holds lock holds); waiting for the provider"
 
 set +e
 wait "$provider"
@@ -254,6 +288,8 @@ row "worker connections killed by the server" "$conn_kills"
 row "database restarts (1 crash: stop -m immediate)" "$db_restarts"
 row "hot-user lock holds (2 s)" "$lock_holds"
 row "relays SIGKILLed" "$relay_kills"
+row "intake SIGKILLed (ids acknowledged before the last kill)" "$intake_kills ($acks_checked)"
+verdict "answered 200, not in the table when intake died" "$acked_missing" 0
 row "API outages (503 for 3 s)" "$api_outages"
 row "confirmed" "$confirmed"
 row "failed: insufficient funds (withdrawals, holds)" "$((insufficient + rejected)) ($insufficient, $rejected)"
