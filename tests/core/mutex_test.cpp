@@ -2,6 +2,7 @@
 #include "idemledger/core/mutex.hpp"
 
 #include <thread>
+#include <vector>
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
@@ -31,6 +32,40 @@ TEST(Mutex, WaitingReleasesTheLockAndWakesWhoseConditionItMadeTrue) {
   }
   leader.join();
   EXPECT_LT(leader_waited, absl::Seconds(10));
+}
+
+// Eight threads wait, each for its own turn; each turn given wakes exactly
+// the thread it was for (the unlocker evaluates the conditions), and none
+// of the others returns before its turn.
+TEST(Mutex, EachWaiterWakesWhenItsOwnConditionHolds) {
+  constexpr int kThreads = 8;
+  Mutex mu;
+  int turn = -1;
+  std::vector<int> order;
+  std::vector<std::thread> threads;
+  threads.reserve(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      MutexLock lock(&mu);
+      EXPECT_TRUE(mu.AwaitWithDeadline([&] { return turn == t; }, absl::Now() + absl::Seconds(30)));
+      order.push_back(t);
+    });
+  }
+  absl::SleepFor(absl::Milliseconds(50));
+  for (int t = kThreads - 1; t >= 0; --t) {
+    {
+      MutexLock lock(&mu);
+      turn = t;
+    }
+    for (absl::Time until = absl::Now() + absl::Seconds(10); absl::Now() < until;) {
+      MutexLock lock(&mu);
+      if (order.size() == static_cast<std::size_t>(kThreads - t)) break;
+    }
+  }
+  for (auto& th : threads) th.join();
+  std::vector<int> expected;
+  for (int t = kThreads - 1; t >= 0; --t) expected.push_back(t);
+  EXPECT_EQ(order, expected);
 }
 
 TEST(Mutex, AwaitReturnsFalseAtTheDeadline) {

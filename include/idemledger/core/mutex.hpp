@@ -17,6 +17,7 @@
 #include <mutex>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 
 namespace idemledger {
@@ -29,11 +30,12 @@ class ABSL_LOCKABLE Mutex {
 
   void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.lock(); }
 
-  // Like absl::Mutex, every unlock lets waiters re-check their condition.
+  // Like absl::Mutex, the unlocking thread evaluates the waiters' conditions
+  // (the lock still held) and wakes only those whose condition now holds:
+  // no herd of threads waking to find they must sleep again.
   void Unlock() ABSL_UNLOCK_FUNCTION() {
-    const bool wake = waiters_ > 0;
+    wake_ready_waiters();
     mu_.unlock();
-    if (wake) changed_.notify_all();
   }
 
   // AwaitWithDeadline()
@@ -41,27 +43,70 @@ class ABSL_LOCKABLE Mutex {
   // Releases the lock until `ready()` holds (checked with the lock held) or
   // `deadline` passes; returns whether it holds. REQUIRES: this is held.
   // Releasing it is an unlock too: what the caller changed before waiting
-  // wakes the other waiters.
+  // wakes the waiters it concerns. `ready` may be evaluated by other threads
+  // (under the lock) while this one waits.
   template <typename Ready>
   bool AwaitWithDeadline(Ready ready, absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(this) {
     std::unique_lock<std::mutex> held(mu_, std::adopt_lock);
-    if (waiters_ > 0) changed_.notify_all();  // they re-check once the wait below unlocks
-    ++waiters_;
     bool ok = true;
-    if (deadline == absl::InfiniteFuture()) {
-      changed_.wait(held, ready);  // time_point::max() would overflow inside wait_until
-    } else {
-      ok = changed_.wait_until(held, absl::ToChronoTime(deadline), ready);
+    if (!ready()) {
+      Waiter me(ready);
+      wake_ready_waiters();  // waiting lets go of the lock: an unlock
+      me.next = waiters_;
+      waiters_ = &me;
+      for (;;) {
+        if (deadline == absl::InfiniteFuture()) {
+          me.cv.wait(held);  // time_point::max() would overflow inside wait_until
+        } else {
+          me.cv.wait_until(held, absl::ToChronoTime(deadline));
+        }
+        if (ready()) break;
+        if (absl::Now() >= deadline) {
+          ok = false;
+          break;
+        }
+        me.woken = false;  // spurious, or another thread got there first
+      }
+      unlink(&me);
     }
-    --waiters_;
     held.release();  // still locked: the caller's MutexLock unlocks it
     return ok;
   }
 
  private:
+  // A waiting thread: its condition and its own condition variable, on its
+  // stack, listed while it waits. Only touched with mu_ held.
+  struct Waiter {
+    template <typename Ready>
+    explicit Waiter(Ready& r)
+        : ready(&r), check([](const void* f) { return (*static_cast<const Ready*>(f))(); }) {}
+    const void* ready;
+    bool (*check)(const void*);
+    std::condition_variable cv;
+    bool woken = false;
+    Waiter* next = nullptr;
+  };
+
+  void wake_ready_waiters() {
+    for (Waiter* w = waiters_; w != nullptr; w = w->next) {
+      if (!w->woken && w->check(w->ready)) {
+        w->woken = true;
+        w->cv.notify_one();  // it runs once this thread lets go of mu_
+      }
+    }
+  }
+
+  void unlink(const Waiter* me) {
+    for (Waiter** p = &waiters_; *p != nullptr; p = &(*p)->next) {
+      if (*p == me) {
+        *p = me->next;
+        return;
+      }
+    }
+  }
+
   std::mutex mu_;
-  std::condition_variable changed_;
-  int waiters_ = 0;  // guarded by mu_ (a std::mutex cannot carry the annotation)
+  Waiter* waiters_ = nullptr;  // guarded by mu_ (a std::mutex cannot carry the annotation)
 };
 
 class ABSL_SCOPED_LOCKABLE MutexLock {
