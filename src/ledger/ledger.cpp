@@ -10,6 +10,7 @@
 #include "idemledger/ledger/dead_letter.hpp"
 #include "idemledger/ledger/idempotency_key.hpp"
 #include "src/core/internal/absl_compat.hpp"
+#include "src/core/internal/batch_reply.hpp"
 #include "src/core/internal/text.hpp"
 #include "src/ledger/internal/balance_check.hpp"
 #include "src/ledger/internal/sqlstates.hpp"
@@ -127,12 +128,13 @@ constexpr const auto& enum_names(ApplyAnswer) { return kApplyAnswerNames; }
 // The per-asset metrics label of an event that named no asset.
 constexpr std::string_view kDefaultAssetLabel = "default";
 
-// The single-phase types apply_event() takes; a hold step is hold(), post()
-// or void_hold().
-absl::Status check_single_phase(EventType type) {
-  if (is_hold_step(type)) {
+// An event apply_event() takes: valid and single-phase (a hold step is
+// hold(), post() or void_hold()).
+absl::Status validate_single_phase(const PaymentEvent& e) {
+  if (absl::Status s = validate_event(e); !s.ok()) return s;
+  if (is_hold_step(e.type)) {
     return absl::InvalidArgumentError(
-        fmt::format("{} is a hold step: use hold(), post() or void_hold()", to_string(type)));
+        fmt::format("{} is a hold step: use hold(), post() or void_hold()", to_string(e.type)));
   }
   return absl::OkStatus();
 }
@@ -334,8 +336,7 @@ void Ledger::count(const absl::Status& status, std::string_view outcome,
 
 absl::StatusOr<Outcome> Ledger::apply_unmeasured(Connection& conn, const PaymentEvent& event,
                                                  Route route) const {
-  if (absl::Status s = validate_event(event); !s.ok()) return s;
-  if (absl::Status s = check_single_phase(event.type); !s.ok()) return s;
+  if (absl::Status s = validate_single_phase(event); !s.ok()) return s;
 
   const EventKeys keys = keys_of(event);
   const Params apply(event.event_id, to_string(event.type), event.user_id,
@@ -374,9 +375,7 @@ absl::StatusOr<std::vector<absl::StatusOr<Outcome>>> Ledger::process_batch(
   ArrayText ids, types, users, assets, amounts, keys, fingerprints;
   for (std::size_t i = 0; i < events.size(); ++i) {
     const PaymentEvent& e = events[i];
-    absl::Status valid = validate_event(e);
-    if (valid.ok()) valid = check_single_phase(e.type);
-    if (!valid.ok()) {
+    if (absl::Status valid = validate_single_phase(e); !valid.ok()) {
       answers[i] = std::move(valid);
       continue;
     }
@@ -404,31 +403,22 @@ absl::StatusOr<std::vector<absl::StatusOr<Outcome>>> Ledger::process_batch(
     record(start, status, "", std::nullopt);
     return status;
   }
-  if (result->rows.size() != sent.size()) {
-    return absl::InternalError(fmt::format("apply_batch answered {} rows for {} events",
-                                           result->rows.size(), sent.size()));
+  absl::StatusOr<std::vector<absl::StatusOr<ApplyAnswer>>> replies =
+      internal::read_batch_reply<ApplyAnswer>(*result, sent.size(), "apply_batch");
+  if (!replies.ok()) {
+    // Committed, but not readable: no event's answer can be trusted.
+    record(start, replies.status(), "", std::nullopt);
+    return replies.status();
   }
   AlertSink& sink = alert_sink_or_default(options_.alerts);
-  std::vector<bool> answered(sent.size(), false);
-  for (std::size_t r = 0; r < result->rows.size(); ++r) {
-    auto read = result->row(r)
-                    .read<std::int64_t, std::optional<ApplyAnswer>, std::optional<std::string>,
-                          std::optional<std::string>>();
-    if (!read.ok()) return read.status();
-    const auto& [ord, answer, state, message] = *read;
-    if (ord < 1 || static_cast<std::size_t>(ord) > sent.size() ||
-        answered[static_cast<std::size_t>(ord - 1)]) {
-      return absl::InternalError(fmt::format("apply_batch answered event {} unexpectedly", ord));
-    }
-    answered[static_cast<std::size_t>(ord - 1)] = true;
-    const PaymentEvent& event = events[sent[static_cast<std::size_t>(ord - 1)]];
-    absl::StatusOr<Outcome>& out = answers[sent[static_cast<std::size_t>(ord - 1)]];
-    if (answer) {
-      out = applied_outcome(sink, event, *answer);
+  for (std::size_t j = 0; j < sent.size(); ++j) {
+    const PaymentEvent& event = events[sent[j]];
+    absl::StatusOr<Outcome>& out = answers[sent[j]];
+    const absl::StatusOr<ApplyAnswer>& reply = (*replies)[j];
+    if (reply.ok()) {
+      out = applied_outcome(sink, event, *reply);
     } else {
-      out = refusal_outcome(
-          sink, event.event_id,
-          status_from_sqlstate(state.value_or("XX000"), message.value_or("no message")));
+      out = refusal_outcome(sink, event.event_id, reply.status());
       if (!out.ok()) out = mark_idempotent(out.status());
     }
   }

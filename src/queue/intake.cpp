@@ -16,6 +16,7 @@
 #include "idemledger/ledger/asset.hpp"
 #include "idemledger/ledger/ledger.hpp"
 #include "src/core/internal/absl_compat.hpp"
+#include "src/core/internal/batch_reply.hpp"
 #include "src/core/internal/text.hpp"
 #include "src/ledger/internal/contract.hpp"
 #include "src/ledger/internal/sqlstates.hpp"
@@ -374,23 +375,18 @@ void RecordBatcher::record_all(Connection& conn, const std::vector<Delivery*>& d
     for (Delivery* d : deliveries) d->result = failed;
     return;
   }
-  if (r->rows.size() != deliveries.size()) {
-    const absl::Status odd = absl::InternalError(fmt::format(
-        "record_events answered {} rows for {} deliveries", r->rows.size(), deliveries.size()));
-    for (Delivery* d : deliveries) d->result = odd;
+  absl::StatusOr<std::vector<absl::StatusOr<std::string>>> replies =
+      internal::read_batch_reply<std::string>(*r, deliveries.size(), "record_events");
+  if (!replies.ok()) {
+    // Committed, but not readable: nobody may answer 200 from it.
+    for (Delivery* d : deliveries) d->result = replies.status();
     return;
   }
-  for (std::size_t i = 0; i < r->rows.size(); ++i) {
-    auto read = r->row(i)
-                    .read<std::int64_t, std::optional<std::string>, std::optional<std::string>,
-                          std::optional<std::string>>();
-    if (!read.ok()) continue;  // that delivery keeps its error: never a false 200
-    const auto& [ord, answer, state, message] = *read;
-    if (ord < 1 || static_cast<std::size_t>(ord) > deliveries.size()) continue;
-    Delivery& d = *deliveries[static_cast<std::size_t>(ord - 1)];
-    d.result = answer ? read_record_answer(*answer)
-                      : absl::StatusOr<RecordResult>(refused_record(status_from_sqlstate(
-                            state.value_or("XX000"), message.value_or("no message"))));
+  for (std::size_t i = 0; i < deliveries.size(); ++i) {
+    const absl::StatusOr<std::string>& reply = (*replies)[i];
+    deliveries[i]->result = reply.ok()
+                                ? read_record_answer(*reply)
+                                : absl::StatusOr<RecordResult>(refused_record(reply.status()));
   }
 }
 
