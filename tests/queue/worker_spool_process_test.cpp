@@ -62,18 +62,25 @@ class WorkerSpool : public LedgerTest {
 
 TEST_F(WorkerSpool, WithoutAKeyTheWorkerDoesNotStart) {
   for (const std::string key : {"", "too-short"}) {
-    const std::string command = "IDEMLEDGER_DSN='" + test_dsn() +
-                                "' IDEMLEDGER_SCHEMA=" + schema_name_ + " IDEMLEDGER_DLQ_SPOOL='" +
-                                spool_ + "' IDEMLEDGER_DLQ_SPOOL_KEY='" + key + "' timeout 20 " +
-                                IDEMLEDGER_OUTBOX_WORKER_BINARY + " 2>&1";
-    FILE* p = ::popen(command.c_str(), "r");
-    ASSERT_NE(p, nullptr);
-    std::string output;
-    char buffer[512];
-    while (std::fgets(buffer, sizeof buffer, p) != nullptr) output += buffer;
-    const int status = ::pclose(p);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << output;
-    EXPECT_THAT(output, HasSubstr("IDEMLEDGER_DLQ_SPOOL_KEY")) << "key '" << key << "'";
+    const Finished f = run_to_exit(IDEMLEDGER_OUTBOX_WORKER_BINARY,
+                                   "IDEMLEDGER_SCHEMA=" + schema_name_ + " IDEMLEDGER_DLQ_SPOOL='" +
+                                       spool_ + "' IDEMLEDGER_DLQ_SPOOL_KEY='" + key + "'");
+    EXPECT_EQ(f.exit_code, 2) << f.output;
+    EXPECT_THAT(f.output, HasSubstr("IDEMLEDGER_DLQ_SPOOL_KEY")) << "key '" << key << "'";
+  }
+}
+
+// Batching is on or off; anything else stops the worker with the rule.
+TEST_F(WorkerSpool, ABadBatchingSwitchStopsTheWorker) {
+  for (const std::string value : {"2", "-1", "yes", "1 ; true"}) {
+    const Finished f = run_to_exit(IDEMLEDGER_OUTBOX_WORKER_BINARY,
+                                   "IDEMLEDGER_SCHEMA=" + schema_name_ + " IDEMLEDGER_DLQ_SPOOL='" +
+                                       spool_ + "' IDEMLEDGER_DLQ_SPOOL_KEY='" + kTestSpoolKey +
+                                       "' IDEMLEDGER_APPLY_IN_BATCHES='" + value + "'");
+    EXPECT_EQ(f.exit_code, 2) << value << "\n" << f.output;
+    EXPECT_THAT(f.output, HasSubstr("IDEMLEDGER_APPLY_IN_BATCHES must be an integer in [0, 1]"))
+        << value;
+    EXPECT_THAT(f.output, ::testing::Not(HasSubstr("worker started"))) << value;
   }
 }
 

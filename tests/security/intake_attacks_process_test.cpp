@@ -317,22 +317,29 @@ TEST_F(IntakeAttacks, RefusalsTeachNothingBeyondTheRuleBroken) {
 }
 
 TEST_F(IntakeAttacks, ABadConfigurationStopsItBeforeItListens) {
-  const auto exit_code = [&](const std::string& env) {
-    const std::string command = env + " IDEMLEDGER_DSN='" + test_dsn() +
-                                "' IDEMLEDGER_LISTEN_PORT=0 timeout 20 " +
-                                IDEMLEDGER_WEBHOOK_INTAKE_BINARY + " >/dev/null 2>&1";
-    const int status = std::system(command.c_str());
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  };
   const std::string secret = "IDEMLEDGER_WEBHOOK_SECRET=" + kSecret;
-  EXPECT_EQ(exit_code(secret + " IDEMLEDGER_SCHEMA='x; DROP SCHEMA y'"), 2);
-  EXPECT_EQ(exit_code("IDEMLEDGER_WEBHOOK_SECRET=short IDEMLEDGER_SCHEMA=" + schema_name_), 2);
-  EXPECT_EQ(
-      exit_code(secret + " IDEMLEDGER_SCHEMA=" + schema_name_ + " IDEMLEDGER_ADMIN_LISTEN=nope"),
-      2);
-  EXPECT_EQ(
-      exit_code(secret + " IDEMLEDGER_SCHEMA=" + schema_name_ + " IDEMLEDGER_MAX_CONNECTIONS=abc"),
-      2);
+  const std::string ours = secret + " IDEMLEDGER_SCHEMA=" + schema_name_ + " ";
+  // Each refused with exit 2 and a message naming the variable, before it listens.
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {secret + " IDEMLEDGER_SCHEMA='x; DROP SCHEMA y'", "IDEMLEDGER_SCHEMA"},
+      {"IDEMLEDGER_WEBHOOK_SECRET=short IDEMLEDGER_SCHEMA=" + schema_name_,
+       "IDEMLEDGER_WEBHOOK_SECRET"},
+      {ours + "IDEMLEDGER_ADMIN_LISTEN=nope", "IDEMLEDGER_ADMIN_LISTEN"},
+      {ours + "IDEMLEDGER_MAX_CONNECTIONS=abc", "IDEMLEDGER_MAX_CONNECTIONS"},
+      // Group commit: a batch is at most 64 deliveries, a wait at most 100 ms.
+      {ours + "IDEMLEDGER_GROUP_COMMIT_MAX=65", "IDEMLEDGER_GROUP_COMMIT_MAX"},
+      {ours + "IDEMLEDGER_GROUP_COMMIT_MAX=-1", "IDEMLEDGER_GROUP_COMMIT_MAX"},
+      {ours + "IDEMLEDGER_GROUP_COMMIT_MAX=99999999999999999999", "IDEMLEDGER_GROUP_COMMIT_MAX"},
+      {ours + "IDEMLEDGER_GROUP_COMMIT_MS=101", "IDEMLEDGER_GROUP_COMMIT_MS"},
+      {ours + "IDEMLEDGER_GROUP_COMMIT_MS='2; rm -rf /'", "IDEMLEDGER_GROUP_COMMIT_MS"},
+  };
+  for (const auto& [env, variable] : refused) {
+    const Finished f =
+        run_to_exit(IDEMLEDGER_WEBHOOK_INTAKE_BINARY, env + " IDEMLEDGER_LISTEN_PORT=0");
+    EXPECT_EQ(f.exit_code, 2) << env << "\n" << f.output;
+    EXPECT_THAT(f.output, HasSubstr(variable)) << env;
+    EXPECT_THAT(f.output, ::testing::Not(HasSubstr("listening"))) << env;
+  }
 }
 
 }  // namespace

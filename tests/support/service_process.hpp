@@ -106,6 +106,27 @@ class ServiceProcess {
   std::thread drain_;
 };
 
+// A service binary run until it exits, as `env` (shell words, NAME='value'
+// ..., quoted by the caller) plus the test DSN configure it, bounded at 20 s:
+// its exit code (-1 if it did not exit by itself) and what it printed on
+// stdout and stderr. For configurations a service must refuse to start with.
+struct Finished {
+  int exit_code;
+  std::string output;
+};
+inline Finished run_to_exit(const char* binary, const std::string& env) {
+  const std::string command =
+      env + " IDEMLEDGER_DSN='" + test_dsn() + "' timeout 20 " + binary + " 2>&1";
+  FILE* p = ::popen(command.c_str(), "r");
+  if (p == nullptr) return {-1, "popen failed"};
+  Finished f{-1, ""};
+  char buffer[512];
+  while (std::fgets(buffer, sizeof buffer, p) != nullptr) f.output += buffer;
+  const int status = ::pclose(p);
+  if (WIFEXITED(status)) f.exit_code = WEXITSTATUS(status);
+  return f;
+}
+
 }  // namespace idemledger::testing
 
 #endif  // IDEMLEDGER_TESTS_INTEGRATION_SERVICE_PROCESS_HPP
