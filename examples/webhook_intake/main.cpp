@@ -29,7 +29,9 @@
 // IDEMLEDGER_MAX_CONNECTIONS (1024), IDEMLEDGER_REQUEST_TIMEOUT_MS (10000),
 // IDEMLEDGER_PREPARED_STATEMENTS (1; 0 behind PgBouncer < 1.21),
 // IDEMLEDGER_GROUP_COMMIT_MAX (deliveries per transaction, 32; 0 = each its
-// own), IDEMLEDGER_GROUP_COMMIT_MS (how long a batch gathers, 2). Every value,
+// own), IDEMLEDGER_GROUP_COMMIT_MS (the longest a batch gathers, 2),
+// IDEMLEDGER_GROUP_COMMIT_IN_FLIGHT (batches recorded at once before the next
+// one gathers, 1; 0 = always gather for _MS). Every value,
 // the schema and the secret are checked at startup (exit 2 naming the rule).
 // SIGTERM stops accepting and drains.
 #include <algorithm>
@@ -156,12 +158,14 @@ int run() {
   const long group_max = example::env_long("IDEMLEDGER_GROUP_COMMIT_MAX", 32, 0,
                                            static_cast<long>(idemledger::kMaxRecordBatch));
   const long group_ms = example::env_long("IDEMLEDGER_GROUP_COMMIT_MS", 2, 0, 100);
+  const long group_in_flight = example::env_long("IDEMLEDGER_GROUP_COMMIT_IN_FLIGHT", 1, 0, 8);
   std::optional<idemledger::RecordBatcher> batcher;
   if (group_max > 0) {
     batcher.emplace(
         idemledger::RecordBatcherOptions{.schema = schema,
                                          .max_wait = absl::Milliseconds(group_ms),
-                                         .max_batch = static_cast<std::size_t>(group_max)});
+                                         .max_batch = static_cast<std::size_t>(group_max),
+                                         .max_in_flight = static_cast<int>(group_in_flight)});
   }
   RateLimiter limiter(rate);
   prometheus::Registry registry;
@@ -255,7 +259,7 @@ int run() {
   while (!example::stop_requested) absl::SleepFor(absl::Milliseconds(100));
   server.stop();  // stops accepting; requests in hand finish
   admin_server.stop();
-  example::log("info", {{"msg", "stopped"}});
+  example::log("info", {{"msg", "stopped"}, {"usage", example::resource_usage()}});
   return 0;
 }
 

@@ -304,6 +304,7 @@ RecordBatcher::RecordBatcher(RecordBatcherOptions options)
           "$4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::numeric[], "
           "$10::text[], $11::bigint[], $12::text[], $13::text[], $14::text[])")) {
   options_.max_batch = std::clamp<std::size_t>(options_.max_batch, 1, kMaxRecordBatch);
+  options_.max_in_flight = std::max(options_.max_in_flight, 0);
   if (options_.max_wait < absl::ZeroDuration()) options_.max_wait = absl::ZeroDuration();
 }
 
@@ -327,16 +328,22 @@ absl::StatusOr<RecordResult> RecordBatcher::record(Connection& conn, const Webho
       mu_.AwaitWithDeadline([&] { return batch->done; }, absl::InfiniteFuture());
       return std::move(mine.result);
     }
-    mu_.AwaitWithDeadline([&] { return batch->closed; }, absl::Now() + options_.max_wait);
+    mu_.AwaitWithDeadline(
+        [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return batch->closed || in_flight_ < options_.max_in_flight;
+        },
+        absl::Now() + options_.max_wait);
     if (!batch->closed) {  // not full: still the open batch, closed now
       batch->closed = true;
       open_.reset();
     }
+    ++in_flight_;
   }
   // Closed: nobody appends any more, and the followers only wait.
   record_all(conn, batch->deliveries);
   {
     MutexLock lock(&mu_);
+    --in_flight_;  // the next batch's leader may go now
     batch->done = true;
   }
   return std::move(mine.result);

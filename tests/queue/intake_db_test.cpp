@@ -239,6 +239,44 @@ TEST_F(Intake, GroupCommit_DeliveriesShareTransactionsAndEachGetsItsOwnAnswer) {
   expect_reconciled();
 }
 
+// With nothing being recorded a delivery goes at once, however long
+// max_wait is; while a batch is being recorded the next one gathers and
+// goes as soon as it commits — well before max_wait.
+TEST_F(Intake, GroupCommit_AnIdleIntakeDoesNotWaitAndABusyOneGathers) {
+  RecordBatcher batcher({.schema = schema_, .max_wait = absl::Seconds(20), .max_batch = 64});
+  const std::string lone =
+      R"({"event_id":"lone","event_type":"deposit","amount":"1","to_address":"0xaaa"})";
+  const absl::Time start = absl::Now();
+  ASSERT_EQ(*batcher.record(*conn_, *parse_webhook(lone), "", lone), RecordResult::kAccepted);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "idle: no gathering";
+
+  constexpr int kThreads = 8, kEach = 25;
+  std::vector<std::thread> threads;
+  threads.reserve(kThreads);
+  std::atomic<int> accepted{0};
+  const absl::Time busy = absl::Now();
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::unique_ptr<pg::Connection> c = connect();
+      for (int i = 0; i < kEach; ++i) {
+        const std::string body = R"({"event_id":"b)" + std::to_string(t) + "_" + std::to_string(i) +
+                                 R"(","event_type":"deposit","amount":"1","to_address":"0xbbb"})";
+        absl::StatusOr<RecordResult> r = batcher.record(*c, *parse_webhook(body), "", body);
+        if (r.ok() && *r == RecordResult::kAccepted) ++accepted;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(accepted.load(), kThreads * kEach);
+  EXPECT_LT(absl::Now() - busy, absl::Seconds(15)) << "no batch waited out max_wait";
+  const long transactions = count(
+      "SELECT count(DISTINCT created_at) FROM {schema}.payment_events WHERE event_id LIKE 'b%'");
+  EXPECT_LT(transactions, kThreads * kEach) << "deliveries shared transactions";
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE event_id LIKE 'b%' AND "
+                  "status = 'pending'"),
+            kThreads * kEach);
+}
+
 // How many notifications a raw LISTEN session receives on the schema's
 // channel until `quiet` passes with none (libpq directly: the library's
 // wait_for_notification() drains them all as one wake-up, by design).
@@ -266,8 +304,11 @@ TEST_F(Intake, GroupCommit_OneBatchIsOneNotification) {
   ASSERT_EQ(notifications_until_quiet(listener.get(), absl::Milliseconds(100)), 0);
 
   constexpr int kDeliveries = 6;
-  RecordBatcher batcher(
-      {.schema = schema_, .max_wait = absl::Seconds(5), .max_batch = kDeliveries});
+  // Gathering for max_wait (max_in_flight 0), so the six share one batch.
+  RecordBatcher batcher({.schema = schema_,
+                         .max_wait = absl::Seconds(5),
+                         .max_batch = kDeliveries,
+                         .max_in_flight = 0});
   std::vector<std::thread> threads;
   std::atomic<int> accepted{0};
   for (int i = 0; i < kDeliveries; ++i) {
@@ -305,7 +346,8 @@ class LostConnection : public ForwardingConnection {
 // The batch's transaction fails: every delivery in it, the followers' too,
 // gets the retryable error — nobody may answer 200 — and nothing is recorded.
 TEST_F(Intake, GroupCommit_AFailedBatchFailsEveryDeliveryInIt) {
-  RecordBatcher batcher({.schema = schema_, .max_wait = absl::Milliseconds(500), .max_batch = 2});
+  RecordBatcher batcher(
+      {.schema = schema_, .max_wait = absl::Milliseconds(500), .max_batch = 2, .max_in_flight = 0});
   LostConnection lost(*conn_);
   const std::string first =
       R"({"event_id":"f1","event_type":"deposit","amount":"1","to_address":"0xaaa"})";

@@ -326,12 +326,15 @@ TEST_F(IntakeAttacks, ABadConfigurationStopsItBeforeItListens) {
        "IDEMLEDGER_WEBHOOK_SECRET"},
       {ours + "IDEMLEDGER_ADMIN_LISTEN=nope", "IDEMLEDGER_ADMIN_LISTEN"},
       {ours + "IDEMLEDGER_MAX_CONNECTIONS=abc", "IDEMLEDGER_MAX_CONNECTIONS"},
-      // Group commit: a batch is at most 64 deliveries, a wait at most 100 ms.
+      // Group commit: a batch is at most 64 deliveries, a wait at most 100 ms,
+      // at most 8 batches in flight.
       {ours + "IDEMLEDGER_GROUP_COMMIT_MAX=65", "IDEMLEDGER_GROUP_COMMIT_MAX"},
       {ours + "IDEMLEDGER_GROUP_COMMIT_MAX=-1", "IDEMLEDGER_GROUP_COMMIT_MAX"},
       {ours + "IDEMLEDGER_GROUP_COMMIT_MAX=99999999999999999999", "IDEMLEDGER_GROUP_COMMIT_MAX"},
       {ours + "IDEMLEDGER_GROUP_COMMIT_MS=101", "IDEMLEDGER_GROUP_COMMIT_MS"},
       {ours + "IDEMLEDGER_GROUP_COMMIT_MS='2; rm -rf /'", "IDEMLEDGER_GROUP_COMMIT_MS"},
+      {ours + "IDEMLEDGER_GROUP_COMMIT_IN_FLIGHT=9", "IDEMLEDGER_GROUP_COMMIT_IN_FLIGHT"},
+      {ours + "IDEMLEDGER_GROUP_COMMIT_IN_FLIGHT=-1", "IDEMLEDGER_GROUP_COMMIT_IN_FLIGHT"},
   };
   for (const auto& [env, variable] : refused) {
     const Finished f =

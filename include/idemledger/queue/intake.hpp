@@ -152,19 +152,25 @@ inline constexpr std::size_t kMaxRecordBatch = 64;
 
 struct RecordBatcherOptions {
   Schema schema = kDefaultSchema;
-  // How long the first delivery of a batch waits for others; zero records
-  // at once what has gathered meanwhile.
+  // The longest the first delivery of a batch waits for others; zero
+  // records at once what has gathered meanwhile.
   absl::Duration max_wait = absl::Milliseconds(2);
   // A batch this full is recorded without waiting longer (1..kMaxRecordBatch).
   std::size_t max_batch = 32;
+  // A batch goes at once while fewer than this many are being recorded, and
+  // otherwise gathers until one of those commits (or it is full, or max_wait
+  // passes): no wait when intake is idle, batches as large as the load when
+  // it is not. 0: every batch gathers for max_wait.
+  int max_in_flight = 1;
 };
 
 // RecordBatcher
 //
-// Intake's group commit: concurrent record() calls are gathered for at most
-// max_wait (or until max_batch) and recorded in one transaction — one
-// commit, one flush of the WAL, for all of them — by the first caller of
-// the batch, on its own connection, while the others wait.
+// Intake's group commit: concurrent record() calls are gathered — while an
+// earlier batch is being recorded, for at most max_wait, until max_batch —
+// and recorded in one transaction — one commit, one flush of the WAL, for
+// all of them — by the first caller of the batch, on its own connection,
+// while the others wait.
 //
 // Guarantees: record() returns only after the transaction holding its
 // delivery committed, with exactly the answer record_webhook_event() would
@@ -203,6 +209,7 @@ class RecordBatcher {
   std::string sql_;
   Mutex mu_;
   std::shared_ptr<Batch> open_ ABSL_GUARDED_BY(mu_);
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;  // batches being recorded
 };
 
 }  // namespace idemledger
