@@ -15,8 +15,11 @@
 # withdrawals (hold, then post: two transactions) per second,
 # and the driver's own CPU per operation (getrusage; pgbench's is not ours).
 # Then, on the same server, the whole service (webhook_intake + 2 outbox_worker
-# processes, 16 provider senders, SIM_EVENTS events): webhook -> confirmed
-# events/s and time-to-confirm, next to the bare process_deposit figure.
+# processes, 16 provider senders, SIM_EVENTS events), twice: deposits only
+# (what the bare loop measures) and the demo's mix; webhook -> confirmed
+# events/s and time-to-confirm next to the bare process_deposit figure, and
+# where the CPU goes per event (each service's own getrusage, logged at its
+# stop; the server's from /proc) with intake's and a worker's peak RSS.
 # In the first round it also runs the three deposit workloads at 1 client and
 # the seed at 16, and then draws build/bench-results/throughput_vs_clients.svg
 # and latency.svg with gnuplot (scripts/plot.sh), beside the data they show.
@@ -184,12 +187,86 @@ printf '%-40s %10s\n' "hold + post (per pair)" "${cpu[hold_post]}"
 printf '%-40s %10s\n' "process_batch of 100 (per event)" "${cpu[batch100]}"
 printf '%-40s %10s\n' "  ... mixed (per event)" "${cpu[batch100_mixed]}"
 
-echo "service: webhook_intake + 2 outbox_worker processes, ${SIM_EVENTS:=10000} events" >&2
-SIM_EVENTS=$SIM_EVENTS bash scripts/demo-services.sh >"$work/service.log" 2>&1 || { cat "$work/service.log" >&2; exit 1; }
-service=$(sed -n 's/.*webhook -> confirmed *\([0-9]*\) events\/s; time to confirm p50 \([0-9]*\) ms, p99 \([0-9]*\) ms.*/\1 \2 \3/p' "$work/service.log")
-read -r svc_tps svc_p50 svc_p99 <<<"$service"
-printf '\nService end to end (same server, same run; %s events, each delivered 1-3 times over HTTP)\n' "$SIM_EVENTS"
+# The server's CPU so far (ms): the postmaster, the children it reaped (the
+# services' sessions, once they close) and the children alive now.
+pg_cpu_ms() {
+  local pm hz
+  pm=$(head -n 1 "$IDEMLEDGER_PG_DATA/postmaster.pid") hz=$(getconf CLK_TCK)
+  { awk '{print $14 + $15 + $16 + $17}' "/proc/$pm/stat"
+    for c in $(pgrep -P "$pm"); do awk '{print $14 + $15}' "/proc/$c/stat" 2>/dev/null || true; done
+  } | awk -v hz="$hz" '{s += $1} END {printf "%d", s * 1000 / hz}'
+}
+# usage LOG...: "cpu_ms peak_rss_kb" over the services whose logs are given
+# (each logs its own at its stop: the sum of CPU, the largest peak).
+usage() {
+  local logs=()
+  for f in "$@"; do if [[ -f "$f" ]]; then logs+=("$f"); fi; done
+  ((${#logs[@]} > 0)) || { echo "0 0"; return; }
+  sed -n 's/.*"usage":{"cpu_ms":\([0-9]*\),"max_rss_kb":\([0-9]*\)}.*/\1 \2/p' "${logs[@]}" \
+    | awk '{c += $1; if ($2 > m) m = $2} END {printf "%d %d\n", c, m}'
+}
+# run_service NAME [VAR=VALUE...]: the whole service once on a fresh schema
+# (scripts/demo-services.sh: intake, 2 workers, the provider; relays and the
+# mock API unless DEMO_RELAYS=0); sets svc[NAME_*]: rate, time to confirm,
+# per-event CPU by component, peak RSS.
+declare -A svc
+run_service() {
+  local name=$1
+  shift
+  "${psql[@]}" -d postgres -c "DROP SCHEMA IF EXISTS demo CASCADE" >/dev/null 2>&1
+  local pg_before pg_after
+  pg_before=$(pg_cpu_ms)
+  env SIM_EVENTS="$SIM_EVENTS" "$@" bash scripts/demo-services.sh >"$work/service.log" 2>&1 \
+    || { cat "$work/service.log" >&2; exit 1; }
+  pg_after=$(pg_cpu_ms)
+  local logs=build/demo-logs n
+  read -r svc[${name}_tps] svc[${name}_p50] svc[${name}_p99] < <(sed -n \
+    's/.*webhook -> confirmed *\([0-9]*\) events\/s; time to confirm p50 \([0-9]*\) ms, p99 \([0-9]*\) ms.*/\1 \2 \3/p' \
+    "$work/service.log")
+  n=$("${psql[@]}" -d postgres -t -A -c "SELECT count(*) FROM demo.payment_events")
+  svc[${name}_events]=$n
+  per_event() { awk -v ms="$1" -v n="$n" 'BEGIN {printf "%.0f", ms * 1000 / n}'; }
+  local c m
+  read -r c m < <(usage "$logs/intake.log")
+  svc[${name}_intake]=$(per_event "$c") svc[${name}_intake_rss]=$((m / 1024))
+  read -r c m < <(usage "$logs"/worker?.log)
+  svc[${name}_workers]=$(per_event "$c") svc[${name}_worker_rss]=$((m / 1024))
+  read -r c m < <(usage "$logs"/relay?.log "$logs/mock.log")
+  svc[${name}_relay]=$(per_event "$c")
+  c=$(sed -n 's/^provider: own usage: cpu_ms \([0-9]*\),.*/\1/p' "$work/service.log")
+  svc[${name}_provider]=$(per_event "$c")
+  svc[${name}_server]=$(per_event $((pg_after - pg_before)))
+  cp "$work/service.log" "$results/service_$name.log"
+}
+echo "service: webhook_intake + 2 outbox_worker processes, ${SIM_EVENTS:=10000} events, deposits only, then the demo's mix" >&2
+# Deposits only, no notifications: what the bare loop does, behind HTTP and the queue.
+run_service deposits SIM_DEPOSITS_ONLY=1 DEMO_RELAYS=0
+# The demo as README command 1 runs it: every kind of event, notifications
+# relayed to the mock API through its 6 s outage, all on these 2 cores.
+run_service mix
+printf '\nService end to end (same server, same run; %s events, each delivered 1-3 times over HTTP by 16 senders;\n' "$SIM_EVENTS"
+printf 'intake and 2 workers, the mix also 2 relays and the mock API; all of it and the provider on this machine)\n'
 printf '%-40s %10s %9s %9s\n' workload "events/s" "p50 ms" "p99 ms"
-printf '%-40s %10s %9s %9s\n' "webhook -> confirmed (2 workers)" "$svc_tps" "$svc_p50" "$svc_p99"
+printf '%-40s %10s %9s %9s\n' "webhook -> confirmed, deposits only" "${svc[deposits_tps]}" "${svc[deposits_p50]}" "${svc[deposits_p99]}"
+printf '%-40s %10s %9s %9s\n' "webhook -> confirmed, demo mix + relays" "${svc[mix_tps]}" "${svc[mix_p50]}" "${svc[mix_p99]}"
 printf '%-40s %10s\n' "bare process_deposit (above)" "${tps[idemledger]}"
-printf '%-40s %10s\n' "service / bare" "$(ratio "$svc_tps" "${tps[idemledger]}")"
+printf '%-40s %10s\n' "service (deposits) / bare" "$(ratio "${svc[deposits_tps]}" "${tps[idemledger]}")"
+printf '\nWhere the service spends CPU, µs per event recorded (the whole run: setup and checks included)\n'
+printf '%-40s %10s %10s\n' component deposits mix
+for k in intake workers relay provider server; do
+  case $k in
+    intake) label="webhook_intake" ;;
+    workers) label="2 outbox_workers" ;;
+    relay) label="2 relays + mock API" ;;
+    provider) label="provider simulator (HMAC, HTTP client)" ;;
+    server) label="PostgreSQL (every backend)" ;;
+  esac
+  printf '%-40s %10s %10s\n' "$label" "${svc[deposits_$k]}" "${svc[mix_$k]}"
+done
+printf '%-40s %10s %10s\n' "sum" \
+  "$((svc[deposits_intake] + svc[deposits_workers] + svc[deposits_relay] + svc[deposits_provider] + svc[deposits_server]))" \
+  "$((svc[mix_intake] + svc[mix_workers] + svc[mix_relay] + svc[mix_provider] + svc[mix_server]))"
+printf '%-40s %10s %10s\n' "2 cores at the measured rate" \
+  "$((2000000 / svc[deposits_tps]))" "$((2000000 / svc[mix_tps]))"
+printf '%-40s %10s %10s\n' "peak RSS MiB: webhook_intake" "${svc[deposits_intake_rss]}" "${svc[mix_intake_rss]}"
+printf '%-40s %10s %10s\n' "peak RSS MiB: an outbox_worker" "${svc[deposits_worker_rss]}" "${svc[mix_worker_rss]}"

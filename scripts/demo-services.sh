@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # demo-services.sh — run by demo.sh inside with-postgres.sh: starts the
 # services, runs the provider, stops the services (SIGTERM) whatever happens.
+# DEMO_RELAYS=0 (bench/run_load.sh) leaves out the notifications, their
+# relays, the mock API and its outage: intake and the workers alone.
 set -euo pipefail
+relays=${DEMO_RELAYS:-2}
+[[ "$relays" =~ ^[0-8]$ ]] || { echo "DEMO_RELAYS must be 0..8, got '$relays'" >&2; exit 2; }
 bin=build/examples
 logs=build/demo-logs
 rm -rf "$logs" && mkdir -p "$logs"
@@ -23,41 +27,44 @@ IDEMLEDGER_LISTEN_PORT=0 IDEMLEDGER_RATE_LIMIT_RPS=100000 "$bin/webhook_intake/w
 pids+=($!)
 for w in 1 2; do
   IDEMLEDGER_WORKER_THREADS=2 IDEMLEDGER_RETRY_BASE_MS=50 IDEMLEDGER_DLQ_SPOOL="$logs/worker$w.spool" \
-    IDEMLEDGER_METRICS_PORT=0 IDEMLEDGER_WRITE_NOTIFICATIONS=1 \
+    IDEMLEDGER_METRICS_PORT=0 IDEMLEDGER_WRITE_NOTIFICATIONS=$((relays > 0)) \
     "$bin/outbox_worker/outbox_worker" >"$logs/worker$w.log" 2>&1 &
   pids+=($!)
 done
-# The notifications those workers write go to an external API (the mock),
-# through two relay replicas.
-MOCK_DELAY_MS=2 "$bin/mock_downstream/mock_downstream" >"$logs/mock.log" 2>&1 &
-pids+=($!)
-
 # shellcheck source=scripts/loopback.sh
 source scripts/loopback.sh
 port=$(logged_port "$logs/intake.log" listening)
 admin_port=$(logged_port "$logs/intake.log" "admin listening")
-mock_port=$(logged_port "$logs/mock.log" listening)
-relays=2 relay_in_flight=8
-for r in $(seq "$relays"); do
-  RELAY_URL="http://127.0.0.1:$mock_port/notify" RELAY_MAX_IN_FLIGHT=$relay_in_flight \
-    RELAY_TIMEOUT_MS=500 RELAY_ATTEMPTS=2 RELAY_MARKER_TTL_MS=2000 RELAY_DLQ_BACKOFF_MS=500 \
-    "$bin/notification_relay/notification_relay" >"$logs/relay$r.log" 2>&1 &
-  pids+=($!)
-done
-mock_control() { loopback_http POST "$mock_port" "/control?mode=$1" >/dev/null; }
-# The outage in the middle of the run: the API hangs for 3 s, then fails for 3 s.
-(sleep 3 && mock_control timeout && sleep 3 && mock_control fail && sleep 3 && mock_control ok) &
-outage=$!
 metrics_ports=("$(logged_port "$logs/worker1.log" "metrics listening")" "$(logged_port "$logs/worker2.log" "metrics listening")")
 echo "demo: webhook_intake on 127.0.0.1:$port, 2 outbox_worker processes (/metrics on ${metrics_ports[*]}),"
-echo "      $relays notification_relay processes -> mock_downstream on 127.0.0.1:$mock_port; logs in $logs/"
+if ((relays > 0)); then
+  # The notifications those workers write go to an external API (the mock),
+  # through the relay replicas.
+  MOCK_DELAY_MS=2 "$bin/mock_downstream/mock_downstream" >"$logs/mock.log" 2>&1 &
+  pids+=($!)
+  mock_port=$(logged_port "$logs/mock.log" listening)
+  relay_in_flight=8
+  for r in $(seq "$relays"); do
+    RELAY_URL="http://127.0.0.1:$mock_port/notify" RELAY_MAX_IN_FLIGHT=$relay_in_flight \
+      RELAY_TIMEOUT_MS=500 RELAY_ATTEMPTS=2 RELAY_MARKER_TTL_MS=2000 RELAY_DLQ_BACKOFF_MS=500 \
+      "$bin/notification_relay/notification_relay" >"$logs/relay$r.log" 2>&1 &
+    pids+=($!)
+  done
+  mock_control() { loopback_http POST "$mock_port" "/control?mode=$1" >/dev/null; }
+  # The outage in the middle of the run: the API hangs for 3 s, then fails for 3 s.
+  (sleep 3 && mock_control timeout && sleep 3 && mock_control fail && sleep 3 && mock_control ok) &
+  outage=$!
+  echo "      $relays notification_relay processes -> mock_downstream on 127.0.0.1:$mock_port; logs in $logs/"
+fi
 
 IDEMLEDGER_INTAKE_PORT=$port "$bin/provider_simulator/provider_simulator" run
-wait "$outage"
-MOCK_PORT=$mock_port RELAY_BOUND=$((relays * relay_in_flight)) \
-  "$bin/provider_simulator/provider_simulator" relay-check
-echo "relay 1 of $relays, its mode through the outage:"
-grep '"relay mode changed"' "$logs/relay1.log" | sed -E 's/.*"ts":"([^"]*)".*"from":"([a-z]*)","to":"([a-z]*)".*/  \1  \2 -> \3/'
+if ((relays > 0)); then
+  wait "$outage"
+  MOCK_PORT=$mock_port RELAY_BOUND=$((relays * relay_in_flight)) \
+    "$bin/provider_simulator/provider_simulator" relay-check
+  echo "relay 1 of $relays, its mode through the outage:"
+  grep '"relay mode changed"' "$logs/relay1.log" | sed -E 's/.*"ts":"([^"]*)".*"from":"([a-z]*)","to":"([a-z]*)".*/  \1  \2 -> \3/'
+fi
 
 # What on-call sees afterwards: the full reconciliation and the queue's status.
 echo
@@ -66,8 +73,10 @@ build/tools/idemledger-admin/idemledger-admin status
 echo
 echo "what the ledger owes users, per asset (compare with the custody wallets):"
 build/tools/idemledger-admin/idemledger-admin liabilities
-echo
-build/tools/idemledger-admin/idemledger-admin relay status
+if ((relays > 0)); then
+  echo
+  build/tools/idemledger-admin/idemledger-admin relay status
+fi
 
 # And what a Prometheus server scrapes (full text in $logs/*.prom).
 loopback_http GET "$admin_port" /metrics >"$logs/intake.prom"

@@ -4,6 +4,8 @@
 #ifndef IDEMLEDGER_EXAMPLES_COMMON_SERVICE_HPP
 #define IDEMLEDGER_EXAMPLES_COMMON_SERVICE_HPP
 
+#include <sys/resource.h>
+
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -69,6 +71,18 @@ inline void log(const char* level, nlohmann::json fields) {
   std::lock_guard<std::mutex> lock(mu);
   std::fwrite(line.data(), 1, line.size(), stdout);
   std::fflush(stdout);
+}
+
+// What the process used over its life, for its "stopped" line: CPU (user +
+// system, every thread) and peak resident memory. bench/run_load.sh reads
+// them to say where a service's time and memory go.
+inline nlohmann::json resource_usage() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  const auto ms = [](const timeval& t) {
+    return static_cast<long long>(t.tv_sec) * 1000 + t.tv_usec / 1000;
+  };
+  return {{"cpu_ms", ms(u.ru_utime) + ms(u.ru_stime)}, {"max_rss_kb", u.ru_maxrss}};
 }
 
 // Set by SIGTERM / SIGINT; service loops finish their current work and exit.

@@ -194,6 +194,8 @@ int main() {
   });
   server.listen_after_bind();
   stopper.join();
-  example::log("info", {{"msg", "stopped"}, {"stats", downstream.stats()}});
+  example::log(
+      "info",
+      {{"msg", "stopped"}, {"stats", downstream.stats()}, {"usage", example::resource_usage()}});
   return 0;
 }

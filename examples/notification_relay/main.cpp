@@ -120,6 +120,7 @@ int main() {
                         {"url", post.url()},
                         {"max_in_flight", max_in_flight}});
   relay.run(pool.lender(), [] { return example::stop_requested != 0; });
-  example::log("info", {{"msg", "relay stopped"}, {"in_flight", 0}});
+  example::log("info",
+               {{"msg", "relay stopped"}, {"in_flight", 0}, {"usage", example::resource_usage()}});
   return 0;
 }

@@ -143,6 +143,8 @@ int main() {
   pool_threads.reserve(static_cast<std::size_t>(threads));
   for (int t = 0; t < threads; ++t) pool_threads.emplace_back(work, t);
   for (auto& t : pool_threads) t.join();
-  example::log("info", {{"msg", "worker stopped"}, {"processed", processed.load()}});
+  example::log("info", {{"msg", "worker stopped"},
+                        {"processed", processed.load()},
+                        {"usage", example::resource_usage()}});
   return 0;
 }

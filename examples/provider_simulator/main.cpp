@@ -27,7 +27,8 @@
 // (0), SIM_EVENTS (20000, round one; round two adds one per held request),
 // SIM_USERS (200), SIM_CONCURRENCY (16), SIM_WAIT_S (90, per round),
 // SIM_DELIVERIES_PER_S (0 = as fast as intake answers; a pace spreads the
-// stream over time, as the chaos soak needs), SIM_ACK_LOG (none; a file each
+// stream over time, as the chaos soak needs), SIM_DEPOSITS_ONLY (0; 1: every
+// event a deposit, the mix the bare process_deposit loop measures), SIM_ACK_LOG (none; a file each
 // event id answered 200 is appended to, as the answer arrives), SIM_CHAOS (0; 1 while
 // tests/chaos/run.sh breaks things: a delivery whose "accepted" answer was lost with its connection
 // comes back as "duplicate", so "accepted exactly once" relaxes to "at most once" — the
@@ -535,6 +536,9 @@ int run(const std::string& dsn, const idemledger::Schema& schema, long users) {
   const long n_events = example::env_long("SIM_EVENTS", 20'000, 1, 10'000'000);
   const absl::Duration wait = absl::Seconds(example::env_long("SIM_WAIT_S", 90, 1, 3600));
   const bool chaos = example::env_long("SIM_CHAOS", 0, 0, 1) == 1;
+  // SIM_DEPOSITS_ONLY=1: every event a deposit, for measuring the service
+  // against the bare process_deposit loop (bench/run_load.sh).
+  const bool deposits_only = example::env_long("SIM_DEPOSITS_ONLY", 0, 0, 1) == 1;
   Provider p(dsn, schema);
   const std::string pe = p.table("payment_events");
   const std::string not_final =
@@ -548,10 +552,10 @@ int run(const std::string& dsn, const idemledger::Schema& schema, long users) {
     const int roll = static_cast<int>(rng() % 100);
     SimEvent e;
     e.id = "sim_" + std::to_string(i);
-    e.type = roll < 50   ? "deposit"
-             : roll < 55 ? "airdrop"
-             : roll < 65 ? "withdrawal"
-                         : "withdrawal_requested";
+    e.type = roll < 50 || deposits_only ? "deposit"
+             : roll < 55                ? "airdrop"
+             : roll < 65                ? "withdrawal"
+                                        : "withdrawal_requested";
     e.user = 1 + static_cast<int>(rng() % static_cast<std::uint64_t>(users));
     const int asset_roll = static_cast<int>(rng() % 100);
     e.asset = asset_roll < 40 ? 0 : asset_roll < 85 ? 1 : 2;
@@ -804,6 +808,9 @@ int run(const std::string& dsn, const idemledger::Schema& schema, long users) {
   ok &= check(p.number("SELECT count(*) FROM " + p.table("accounts") +
                        " WHERE balance < 0 OR held < 0 OR held > balance") == 0,
               "no negative balance, no negative available");
+  const nlohmann::json usage = example::resource_usage();
+  std::printf("provider: own usage: cpu_ms %lld, max_rss_kb %lld\n",
+              usage["cpu_ms"].get<long long>(), usage["max_rss_kb"].get<long long>());
   std::printf("\n%s\n", ok ? "all invariants hold" : "INVARIANT VIOLATED");
   return ok ? 0 : 1;
 }
