@@ -1,11 +1,13 @@
 // ledger_load — end-to-end deposit throughput through process_deposit.
 //
-//   ledger_load --dsn DSN [--clients 4] [--seconds 20] [--history 100000] [--unnamed]
-//               [--metrics] [--partitioned] [--workload deposit|hold_post]
-//               [--batch N [--mixed]] [--latency-log FILE]
+//   ledger_load --dsn DSN [--schema bench] [--reuse] [--clients 4] [--seconds 20]
+//               [--history 100000] [--unnamed] [--metrics] [--partitioned]
+//               [--workload deposit|hold_post] [--batch N [--mixed]] [--latency-log FILE]
 //
-// Sets up schema "bench" like the reference workloads' start state (10,000
-// users, N historical confirmed deposits, VACUUM ANALYZEd), then runs
+// Sets up the schema like the reference workloads' start state (10,000
+// users, N historical confirmed deposits, VACUUM ANALYZEd) — or, with
+// --reuse, takes it as an earlier run left it (bench/run_scale.sh loads
+// 10,000,000 rows once and measures on them several times) — then runs
 // `clients` threads, each with its own connection, calling process_deposit
 // with fresh event ids for `seconds`. --metrics records LedgerMetrics on every
 // call; --partitioned converts the schema to monthly partitions after the
@@ -50,11 +52,12 @@ std::int64_t process_cpu_us() {
   return us(u.ru_utime) + us(u.ru_stime);
 }
 
-constexpr char kSchema[] = "bench";
 constexpr int kUsers = 10'000;
 
 struct Options {
   std::string dsn;
+  idemledger::Schema schema = "bench";
+  bool reuse = false;  // the schema's ledger and history as an earlier run left them
   int clients = 4;
   int seconds = 20;
   int history = 100'000;
@@ -75,9 +78,10 @@ bool run(idemledger::Connection& c, const std::string& sql) {
 
 // The populated start state: without history, plans cached on empty tables
 // pick sequential scans and keep them (see bench/reference/README.md).
-bool set_up(idemledger::Connection& c, int history) {
-  if (!run(c, "DROP SCHEMA IF EXISTS bench CASCADE")) return false;
-  if (absl::Status s = idemledger::migrate(c, kSchema); !s.ok()) {
+bool set_up(idemledger::Connection& c, const idemledger::Schema& schema, int history) {
+  const std::string bench(schema.name());
+  if (!run(c, "DROP SCHEMA IF EXISTS " + bench + " CASCADE")) return false;
+  if (absl::Status s = idemledger::migrate(c, schema); !s.ok()) {
     std::fprintf(stderr, "migrate: %s\n", s.ToString().c_str());
     return false;
   }
@@ -85,40 +89,47 @@ bool set_up(idemledger::Connection& c, int history) {
   // Every history deposit as the ledger writes one: the user's leg, the
   // chain's opposite leg, the idempotency record, the event; then the
   // accounts hold what their entries sum to.
-  return run(c, "INSERT INTO bench.users (id) SELECT g FROM generate_series(1, " +
+  return run(c, "INSERT INTO " + bench + ".users (id) SELECT g FROM generate_series(1, " +
                     std::to_string(kUsers) + ") g") &&
          run(c,
-             "INSERT INTO bench.payment_events (event_id, user_id, asset, amount, event_type, "
-             "status, created_at, updated_at) "
-             "SELECT 'h' || g, 1 + g % 10000, 'DEFAULT', (1 + g % 1000000) / 100.0, 'deposit', "
-             "'confirmed', now() - interval '1 day', now() - interval '1 day' "
-             "FROM generate_series(1, " +
+             "INSERT INTO " + bench +
+                 ".payment_events (event_id, user_id, asset, amount, event_type, "
+                 "status, created_at, updated_at) "
+                 "SELECT 'h' || g, 1 + g % 10000, 'DEFAULT', (1 + g % 1000000) / 100.0, 'deposit', "
+                 "'confirmed', now() - interval '1 day', now() - interval '1 day' "
+                 "FROM generate_series(1, " +
                  h + ") g") &&
          // Same key encoding as idempotency_key(): SHA-256 over length-prefixed fields.
+         run(c, "INSERT INTO " + bench +
+                    ".processed_events (idempotency_key, fingerprint, outcome, asset, "
+                    "created_at) "
+                    "SELECT encode(sha256(int4send(octet_length('h' || g)) || convert_to('h' || g, "
+                    "'UTF8') || int4send(7) || convert_to('deposit', 'UTF8')), 'hex'), 'history', "
+                    "'success', 'DEFAULT', now() - interval '1 day' FROM generate_series(1, " +
+                    h + ") g") &&
          run(c,
-             "INSERT INTO bench.processed_events (idempotency_key, fingerprint, outcome, asset, "
-             "created_at) "
-             "SELECT encode(sha256(int4send(octet_length('h' || g)) || convert_to('h' || g, "
-             "'UTF8') || int4send(7) || convert_to('deposit', 'UTF8')), 'hex'), 'history', "
-             "'success', 'DEFAULT', now() - interval '1 day' FROM generate_series(1, " +
+             "INSERT INTO " + bench +
+                 ".balance_events (user_id, asset, amount, event_type, "
+                 "source_event_id, created_at) "
+                 "SELECT 1 + g % 10000, 'DEFAULT', (1 + g % 1000000) / 100.0, 'deposit', 'h' || g, "
+                 "now() - interval '1 day' FROM generate_series(1, " +
                  h + ") g") &&
          run(c,
-             "INSERT INTO bench.balance_events (user_id, asset, amount, event_type, "
-             "source_event_id, created_at) "
-             "SELECT 1 + g % 10000, 'DEFAULT', (1 + g % 1000000) / 100.0, 'deposit', 'h' || g, "
-             "now() - interval '1 day' FROM generate_series(1, " +
+             "INSERT INTO " + bench +
+                 ".system_entries (asset, account, amount, event_type, "
+                 "source_event_id, created_at) "
+                 "SELECT 'DEFAULT', 'external', -((1 + g % 1000000) / 100.0), 'deposit', 'h' || g, "
+                 "now() - interval '1 day' FROM generate_series(1, " +
                  h + ") g") &&
-         run(c,
-             "INSERT INTO bench.system_entries (asset, account, amount, event_type, "
-             "source_event_id, created_at) "
-             "SELECT 'DEFAULT', 'external', -((1 + g % 1000000) / 100.0), 'deposit', 'h' || g, "
-             "now() - interval '1 day' FROM generate_series(1, " +
-                 h + ") g") &&
-         run(c,
-             "INSERT INTO bench.accounts (user_id, asset, balance, initial_balance) "
-             "SELECT u.id, 'DEFAULT', coalesce(s.total, 0), 0 FROM bench.users u LEFT JOIN "
-             "(SELECT user_id, sum(amount) AS total FROM bench.balance_events GROUP BY user_id) s "
-             "ON s.user_id = u.id") &&
+         run(c, "INSERT INTO " + bench +
+                    ".accounts (user_id, asset, balance, initial_balance) "
+                    "SELECT u.id, 'DEFAULT', coalesce(s.total, 0), 0 FROM " +
+                    bench +
+                    ".users u LEFT JOIN "
+                    "(SELECT user_id, sum(amount) AS total FROM " +
+                    bench +
+                    ".balance_events GROUP BY user_id) s "
+                    "ON s.user_id = u.id") &&
          run(c, "VACUUM ANALYZE") && run(c, "CHECKPOINT");
 }
 
@@ -136,6 +147,17 @@ int main(int argc, char** argv) {
       o.clients = std::atoi(value().c_str());
     else if (a == "--seconds")
       o.seconds = std::atoi(value().c_str());
+    else if (a == "--schema")
+      o.schema = [&] {
+        absl::StatusOr<idemledger::Schema> schema = idemledger::Schema::create(value());
+        if (!schema.ok()) {
+          std::fprintf(stderr, "--schema: %s\n", schema.status().ToString().c_str());
+          std::exit(2);
+        }
+        return *schema;
+      }();
+    else if (a == "--reuse")
+      o.reuse = true;
     else if (a == "--history")
       o.history = std::atoi(value().c_str());
     else if (a == "--unnamed")
@@ -155,10 +177,12 @@ int main(int argc, char** argv) {
               std::string_view(argv[i + 1]) == "hold_post"))
       o.hold_post = value() == "hold_post";
     else {
-      std::fprintf(stderr,
-                   "usage: ledger_load --dsn DSN [--clients N] [--seconds S] [--history N] "
-                   "[--unnamed] [--metrics] [--partitioned] [--workload deposit|hold_post] "
-                   "[--batch N [--mixed]] [--latency-log FILE]\n");
+      std::fprintf(
+          stderr,
+          "usage: ledger_load --dsn DSN [--schema NAME] [--reuse] [--clients N] [--seconds S] "
+          "[--history N] "
+          "[--unnamed] [--metrics] [--partitioned] [--workload deposit|hold_post] "
+          "[--batch N [--mixed]] [--latency-log FILE]\n");
       return 2;
     }
   }
@@ -174,10 +198,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "connect: %s\n", admin.status().ToString().c_str());
     return 1;
   }
-  if (!set_up(**admin, o.history)) return 1;
-  if (o.partitioned) {
+  if (!o.reuse && !set_up(**admin, o.schema, o.history)) return 1;
+  if (o.partitioned && !o.reuse) {
     absl::StatusOr<int> created =
-        idemledger::enable_monthly_partitioning(**admin, {.schema = kSchema});
+        idemledger::enable_monthly_partitioning(**admin, {.schema = o.schema});
     if (!created.ok() || !run(**admin, "VACUUM ANALYZE")) {
       std::fprintf(stderr, "partitioning: %s\n", created.status().ToString().c_str());
       return 1;
@@ -186,7 +210,7 @@ int main(int argc, char** argv) {
 
   prometheus::Registry registry;
   idemledger::LedgerMetrics metrics(registry);
-  const idemledger::Ledger ledger({.schema = kSchema, .metrics = o.metrics ? &metrics : nullptr});
+  const idemledger::Ledger ledger({.schema = o.schema, .metrics = o.metrics ? &metrics : nullptr});
   std::vector<idemledger::Amount> amounts;  // 0.01 .. 10000.00, like the reference scripts
   std::mt19937_64 rng(7);
   for (int i = 0; i < 4096; ++i) {
@@ -199,6 +223,9 @@ int main(int argc, char** argv) {
     small.push_back(*idemledger::Amount::from_base_units(std::to_string(cents), 2));
   }
 
+  // Fresh event ids: a reused schema already holds an earlier run's.
+  const std::string tag =
+      o.reuse ? "R" + std::to_string(absl::ToUnixMicros(absl::Now())) + "_" : std::string("L");
   std::atomic<bool> failed{false};
   std::atomic<std::int64_t> events{0}, applied{0};  // events answered, and applied
   std::vector<std::vector<std::int64_t>> latencies(static_cast<std::size_t>(o.clients));
@@ -239,7 +266,7 @@ int main(int argc, char** argv) {
               b = previous[local() % previous.size()];  // a redelivery
               continue;
             }
-            b.event_id = "L" + std::to_string(t) + "_" + std::to_string(n++);
+            b.event_id = tag + std::to_string(t) + "_" + std::to_string(n++);
             b.user_id = 1 + static_cast<std::int64_t>(local() % kUsers);
             const bool debit = o.mixed && roll < 40;
             b.type = debit ? idemledger::EventType::kWithdrawal : idemledger::EventType::kDeposit;
@@ -261,12 +288,18 @@ int main(int argc, char** argv) {
           }
           events += static_cast<std::int64_t>(batch.size());
           lat.push_back(absl::ToInt64Microseconds(absl::Now() - begin));
-          previous = batch;
+          // What was just sent is where redeliveries come from; the batch
+          // before it is overwritten next (no copy after the first call).
+          if (previous.empty()) {
+            previous = batch;
+          } else {
+            previous.swap(batch);
+          }
         }
         return;
       }
       for (std::int64_t n = 0; absl::Now() < deadline; ++n) {
-        e.event_id = "L" + std::to_string(t) + "_" + std::to_string(n);
+        e.event_id = tag + std::to_string(t) + "_" + std::to_string(n);
         e.user_id = 1 + static_cast<std::int64_t>(local() % kUsers);
         e.amount = amounts[local() % amounts.size()];
         const absl::Time begin = absl::Now();
