@@ -79,8 +79,9 @@ bool run(idemledger::Connection& c, const std::string& sql) {
 // The populated start state: without history, plans cached on empty tables
 // pick sequential scans and keep them (see bench/reference/README.md).
 bool set_up(idemledger::Connection& c, const idemledger::Schema& schema, int history) {
-  const std::string bench(schema.name());
-  if (!run(c, "DROP SCHEMA IF EXISTS " + bench + " CASCADE")) return false;
+  // Every statement names its tables through the validated Schema.
+  const auto sql = [&](const std::string& text) { return run(c, schema.qualify(text)); };
+  if (!sql("DROP SCHEMA IF EXISTS {schema} CASCADE")) return false;
   if (absl::Status s = idemledger::migrate(c, schema); !s.ok()) {
     std::fprintf(stderr, "migrate: %s\n", s.ToString().c_str());
     return false;
@@ -89,47 +90,35 @@ bool set_up(idemledger::Connection& c, const idemledger::Schema& schema, int his
   // Every history deposit as the ledger writes one: the user's leg, the
   // chain's opposite leg, the idempotency record, the event; then the
   // accounts hold what their entries sum to.
-  return run(c, "INSERT INTO " + bench + ".users (id) SELECT g FROM generate_series(1, " +
-                    std::to_string(kUsers) + ") g") &&
-         run(c,
-             "INSERT INTO " + bench +
-                 ".payment_events (event_id, user_id, asset, amount, event_type, "
-                 "status, created_at, updated_at) "
-                 "SELECT 'h' || g, 1 + g % 10000, 'DEFAULT', (1 + g % 1000000) / 100.0, 'deposit', "
-                 "'confirmed', now() - interval '1 day', now() - interval '1 day' "
-                 "FROM generate_series(1, " +
-                 h + ") g") &&
+  return sql("INSERT INTO {schema}.users (id) SELECT g FROM generate_series(1, " +
+             std::to_string(kUsers) + ") g") &&
+         sql("INSERT INTO {schema}.payment_events (event_id, user_id, asset, amount, event_type, "
+             "status, created_at, updated_at) "
+             "SELECT 'h' || g, 1 + g % 10000, 'DEFAULT', (1 + g % 1000000) / 100.0, 'deposit', "
+             "'confirmed', now() - interval '1 day', now() - interval '1 day' "
+             "FROM generate_series(1, " +
+             h + ") g") &&
          // Same key encoding as idempotency_key(): SHA-256 over length-prefixed fields.
-         run(c, "INSERT INTO " + bench +
-                    ".processed_events (idempotency_key, fingerprint, outcome, asset, "
-                    "created_at) "
-                    "SELECT encode(sha256(int4send(octet_length('h' || g)) || convert_to('h' || g, "
-                    "'UTF8') || int4send(7) || convert_to('deposit', 'UTF8')), 'hex'), 'history', "
-                    "'success', 'DEFAULT', now() - interval '1 day' FROM generate_series(1, " +
-                    h + ") g") &&
-         run(c,
-             "INSERT INTO " + bench +
-                 ".balance_events (user_id, asset, amount, event_type, "
-                 "source_event_id, created_at) "
-                 "SELECT 1 + g % 10000, 'DEFAULT', (1 + g % 1000000) / 100.0, 'deposit', 'h' || g, "
-                 "now() - interval '1 day' FROM generate_series(1, " +
-                 h + ") g") &&
-         run(c,
-             "INSERT INTO " + bench +
-                 ".system_entries (asset, account, amount, event_type, "
-                 "source_event_id, created_at) "
-                 "SELECT 'DEFAULT', 'external', -((1 + g % 1000000) / 100.0), 'deposit', 'h' || g, "
-                 "now() - interval '1 day' FROM generate_series(1, " +
-                 h + ") g") &&
-         run(c, "INSERT INTO " + bench +
-                    ".accounts (user_id, asset, balance, initial_balance) "
-                    "SELECT u.id, 'DEFAULT', coalesce(s.total, 0), 0 FROM " +
-                    bench +
-                    ".users u LEFT JOIN "
-                    "(SELECT user_id, sum(amount) AS total FROM " +
-                    bench +
-                    ".balance_events GROUP BY user_id) s "
-                    "ON s.user_id = u.id") &&
+         sql("INSERT INTO {schema}.processed_events (idempotency_key, fingerprint, outcome, asset, "
+             "created_at) "
+             "SELECT encode(sha256(int4send(octet_length('h' || g)) || convert_to('h' || g, "
+             "'UTF8') || int4send(7) || convert_to('deposit', 'UTF8')), 'hex'), 'history', "
+             "'success', 'DEFAULT', now() - interval '1 day' FROM generate_series(1, " +
+             h + ") g") &&
+         sql("INSERT INTO {schema}.balance_events (user_id, asset, amount, event_type, "
+             "source_event_id, created_at) "
+             "SELECT 1 + g % 10000, 'DEFAULT', (1 + g % 1000000) / 100.0, 'deposit', 'h' || g, "
+             "now() - interval '1 day' FROM generate_series(1, " +
+             h + ") g") &&
+         sql("INSERT INTO {schema}.system_entries (asset, account, amount, event_type, "
+             "source_event_id, created_at) "
+             "SELECT 'DEFAULT', 'external', -((1 + g % 1000000) / 100.0), 'deposit', 'h' || g, "
+             "now() - interval '1 day' FROM generate_series(1, " +
+             h + ") g") &&
+         sql("INSERT INTO {schema}.accounts (user_id, asset, balance, initial_balance) "
+             "SELECT u.id, 'DEFAULT', coalesce(s.total, 0), 0 FROM {schema}.users u LEFT JOIN "
+             "(SELECT user_id, sum(amount) AS total FROM {schema}.balance_events GROUP BY "
+             "user_id) s ON s.user_id = u.id") &&
          run(c, "VACUUM ANALYZE") && run(c, "CHECKPOINT");
 }
 
