@@ -82,7 +82,7 @@ for round in $(seq 1 "$rounds"); do
   # in it: a short warm-up, not reported, and the driver's 4-client workloads
   # take turns at going first (round r starts at the r-th).
   ledger_load warmup --seconds 5 --history 20000
-  turns=(idemledger batch100 batch100_mixed idemledger_metrics idemledger_partitioned hold_post)
+  turns=(idemledger batch100 batch100_mixed idemledger_metrics idemledger_partitioned hold_post hold_post_batch60)
   for ((k = 0; k < ${#turns[@]}; k++)); do
     case ${turns[(k + round - 1) % ${#turns[@]}]} in
       idemledger) ledger_load idemledger --latency-log "$results/latency_idemledger.txt" ;;
@@ -91,6 +91,7 @@ for round in $(seq 1 "$rounds"); do
       idemledger_metrics) ledger_load idemledger_metrics --metrics ;;
       idemledger_partitioned) ledger_load idemledger_partitioned --partitioned ;;
       hold_post) ledger_load hold_post --workload hold_post ;;
+      hold_post_batch60) ledger_load hold_post_batch60 --workload hold_post --batch 60 ;;
     esac
   done
   clients=16 ledger_load idemledger_c16
@@ -116,7 +117,7 @@ done
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 declare -A tps p50 p99 cpu
 workloads=(idemledger idemledger_metrics idemledger_partitioned seed_sequence one_statement simple_update)
-for w in "${workloads[@]}" batch100 batch100_mixed hold_post idemledger_c16 one_statement_c16 idemledger_c1 \
+for w in "${workloads[@]}" batch100 batch100_mixed hold_post hold_post_batch60 idemledger_c16 one_statement_c16 idemledger_c1 \
   one_statement_c1 seed_sequence_c1 seed_sequence_c16; do
   tps[$w]=$(awk -v w="$w" '$1==w {print $2}' "$work/results" | median)
   p50[$w]=$(awk -v w="$w" '$1==w {print $3}' "$work/results" | median)
@@ -171,9 +172,11 @@ done
 printf '%-40s %10s\n' "single process_deposit (above)" "${tps[idemledger]}"
 printf '%-40s %10s\n' "seed: 13 statements (above)" "${tps[seed_sequence]}"
 
-printf '\nTwo-phase withdrawals, %s clients (hold amount + fee, then post it: two transactions each)\n' "$clients"
-printf '%-40s %10s %9s %9s\n' workload "pairs/s" "p50 µs" "p99 µs"
-printf '%-40s %10s %9s %9s\n' "hold + post" "${tps[hold_post]}" "${p50[hold_post]}" "${p99[hold_post]}"
+printf '\nTwo-phase withdrawals, %s clients (hold amount + fee, then post it: two transactions each, or 30 pairs in one: 60 subtransactions)\n' "$clients"
+printf '%-40s %10s %9s %9s %10s\n' workload "pairs/s" "p50 µs" "p99 µs" "/ singles"
+printf '%-40s %10s %9s %9s %10s\n' "hold + post" "${tps[hold_post]}" "${p50[hold_post]}" "${p99[hold_post]}" "1.00x"
+printf '%-40s %10s %9s %9s %10s\n' "30 holds + their 30 posts per call" "${tps[hold_post_batch60]}" \
+  "${p50[hold_post_batch60]}" "${p99[hold_post_batch60]}" "$(ratio "${tps[hold_post_batch60]}" "${tps[hold_post]}")"
 printf '%-40s %10s\n' "steps/s (two per pair)" "$((tps[hold_post] * 2))"
 printf '%-40s %10s\n' "deposits/s (above)" "${tps[idemledger]}"
 
@@ -184,6 +187,7 @@ printf '%-40s %10s\n' "process_deposit, $clients clients" "${cpu[idemledger]}"
 printf '%-40s %10s\n' "process_deposit, 16 clients" "${cpu[idemledger_c16]}"
 printf '%-40s %10s\n' "  ... recording LedgerMetrics" "${cpu[idemledger_metrics]}"
 printf '%-40s %10s\n' "hold + post (per pair)" "${cpu[hold_post]}"
+printf '%-40s %10s\n' "  ... 30 pairs per process_steps" "${cpu[hold_post_batch60]}"
 printf '%-40s %10s\n' "process_batch of 100 (per event)" "${cpu[batch100]}"
 printf '%-40s %10s\n' "  ... mixed (per event)" "${cpu[batch100_mixed]}"
 

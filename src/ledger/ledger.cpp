@@ -197,6 +197,178 @@ EventKeys keys_of(const PaymentEvent& event) {
           .fingerprint = payload_fingerprint(event.user_id, event.amount, type)};
 }
 
+// hold()'s checks of a request, before anything is sent.
+absl::Status validate_hold(const HoldRequest& request) {
+  const PaymentEvent as_event{.event_id = request.event_id,
+                              .type = EventType::kWithdrawalRequested,
+                              .user_id = request.user_id,
+                              .amount = request.amount};
+  if (absl::Status s = validate_event(as_event); !s.ok()) return s;
+  if (request.fee.is_negative()) return absl::InvalidArgumentError("fee must not be negative");
+  if (request.expires_in < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("expires_in must not be negative");
+  }
+  return absl::OkStatus();
+}
+
+// A hold's content, for telling its replay from a conflict.
+std::string hold_fingerprint(const HoldRequest& request) {
+  return idempotency_key({"hold", std::to_string(request.user_id), request.amount.to_string(),
+                          request.fee.to_string()});
+}
+
+absl::Status validate_post(const PostRequest& request) {
+  if (absl::Status s = check_event_id(request.hold_id, "hold_id"); !s.ok()) return s;
+  if ((request.amount && (request.amount->is_zero() || request.amount->is_negative())) ||
+      (request.fee && request.fee->is_negative())) {
+    return absl::InvalidArgumentError("a post captures an amount > 0 and a fee >= 0");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status validate_void(const VoidRequest& request) {
+  return check_event_id(request.hold_id, "hold_id");
+}
+
+// A refused hold step's status (`id`: the hold's), alerted when it is a
+// conflicting replay. Keyed by the hold: running the step again answers
+// what happened.
+absl::Status hold_step_refusal(AlertSink& sink, std::string_view id, const absl::Status& error) {
+  absl::Status status = mark_idempotent(internal::interpret_ledger_error(error));
+  if (sqlstate(status) == internal::kConflictingReplay) {
+    alert(sink, fmt::format("conflicting_replay:{}", id), internal::to_std(status.message()));
+  }
+  return status;
+}
+
+// A hold step's answer; kRefused is alerted. A post of a released hold
+// means funds may have left custody while the ledger released them
+// (expired, voided); a void of a posted one, that the chain and the provider
+// disagree. Someone must look.
+HoldResult hold_step_result(AlertSink& sink, std::string_view what, std::string_view id,
+                            HoldOutcome outcome, HoldState state) {
+  if (outcome == HoldOutcome::kRefused) {
+    alert(sink, fmt::format("hold_refused:{}", id),
+          fmt::format("{} of hold {} refused: the hold is {}", what, id, to_string(state)));
+  }
+  return HoldResult{.outcome = outcome, .state = state};
+}
+
+// apply_steps()'s arrays, element j of each being the j-th step sent.
+struct StepArrays {
+  ArrayText ids, types, users, assets, amounts, keys, fingerprints, fees, expires, hold_ids;
+
+  void add(const PaymentEvent& e) {
+    const EventKeys k = keys_of(e);
+    add_row(e.event_id, to_string(e.type), e.user_id, e.asset, e.amount, k.key, k.fingerprint,
+            std::nullopt, std::nullopt, std::nullopt);
+  }
+  void add(const HoldRequest& r) {
+    add_row(r.event_id, to_string(EventType::kWithdrawalRequested), r.user_id, r.asset, r.amount,
+            std::nullopt, hold_fingerprint(r), r.fee, r.expires_in, std::nullopt);
+  }
+  void add(const PostRequest& r) {
+    add_row(null_if_empty(r.event_id), to_string(EventType::kWithdrawalConfirmed), r.user_id,
+            std::nullopt, r.amount, std::nullopt, std::nullopt, r.fee, std::nullopt, r.hold_id);
+  }
+  void add(const VoidRequest& r) {
+    add_row(null_if_empty(r.event_id), to_string(EventType::kWithdrawalFailed), r.user_id,
+            std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+            r.hold_id);
+  }
+
+ private:
+  template <typename Id, typename User, typename Amt, typename Key, typename Fp, typename Fee,
+            typename Exp, typename Hold>
+  void add_row(const Id& id, std::string_view type, const User& user,
+               const std::optional<AssetCode>& asset, const Amt& amount, const Key& key,
+               const Fp& fingerprint, const Fee& fee, const Exp& expires, const Hold& hold_id) {
+    ids.add(id);
+    types.add(type);
+    users.add(user);
+    assets.add(asset ? Param(asset->code()) : Param());
+    amounts.add(amount);
+    keys.add(key);
+    fingerprints.add(fingerprint);
+    fees.add(fee);
+    this->expires.add(expires);
+    hold_ids.add(hold_id);
+  }
+};
+
+// A step's own checks (process_steps() answers a failed one without sending it).
+absl::Status validate_step(const LedgerStep& step) {
+  return std::visit(
+      [](const auto& s) -> absl::Status {
+        using T = std::decay_t<decltype(s)>;
+        if constexpr (std::is_same_v<T, PaymentEvent>) return validate_single_phase(s);
+        if constexpr (std::is_same_v<T, HoldRequest>) return validate_hold(s);
+        if constexpr (std::is_same_v<T, PostRequest>) return validate_post(s);
+        if constexpr (std::is_same_v<T, VoidRequest>) return validate_void(s);
+      },
+      step);
+}
+
+// "<outcome>:<state>", as apply_steps() answers a hold step.
+std::optional<std::pair<HoldOutcome, HoldState>> parse_hold_answer(std::string_view answer) {
+  const std::size_t colon = answer.find(':');
+  if (colon == std::string_view::npos) return std::nullopt;
+  const std::optional<HoldOutcome> outcome = kHoldOutcomeNames.parse(answer.substr(0, colon));
+  const std::optional<HoldState> state = kHoldStateNames.parse(answer.substr(colon + 1));
+  if (!outcome || !state) return std::nullopt;
+  return std::pair(*outcome, *state);
+}
+
+// What step `step` was answered, `reply` being apply_steps()'s row for it;
+// nullopt when the answer does not read as one for that kind of step.
+std::optional<absl::StatusOr<StepResult>> step_result(AlertSink& sink, const LedgerStep& step,
+                                                      const absl::StatusOr<std::string>& reply) {
+  if (const auto* event = std::get_if<PaymentEvent>(&step)) {
+    if (!reply.ok()) {
+      absl::StatusOr<Outcome> out = refusal_outcome(sink, event->event_id, reply.status());
+      if (!out.ok()) return mark_idempotent(out.status());
+      return StepResult(*out);
+    }
+    const std::optional<ApplyAnswer> answer = kApplyAnswerNames.parse(*reply);
+    if (!answer) return std::nullopt;
+    return StepResult(applied_outcome(sink, *event, *answer));
+  }
+  const auto [what, id] = std::visit(
+      [](const auto& s) -> std::pair<std::string_view, std::string_view> {
+        using T = std::decay_t<decltype(s)>;
+        if constexpr (std::is_same_v<T, HoldRequest>) return {"hold", s.event_id};
+        if constexpr (std::is_same_v<T, PostRequest>) return {"post", s.hold_id};
+        if constexpr (std::is_same_v<T, VoidRequest>) return {"void", s.hold_id};
+        return {"", ""};  // PaymentEvent: answered above
+      },
+      step);
+  if (!reply.ok()) return absl::StatusOr<StepResult>(hold_step_refusal(sink, id, reply.status()));
+  const auto answer = parse_hold_answer(*reply);
+  if (!answer) return std::nullopt;
+  return StepResult(hold_step_result(sink, what, id, answer->first, answer->second));
+}
+
+// The metrics label of a step's asset: known for events and holds, not for
+// a post or void (the hold's asset is in the database).
+std::optional<std::string_view> step_asset(const LedgerStep& step) {
+  const std::optional<AssetCode>* asset = nullptr;
+  if (const auto* e = std::get_if<PaymentEvent>(&step)) asset = &e->asset;
+  if (const auto* h = std::get_if<HoldRequest>(&step)) asset = &h->asset;
+  if (asset == nullptr) return std::nullopt;
+  return *asset ? (*asset)->code() : kDefaultAssetLabel;
+}
+
+std::string_view outcome_name(const StepResult& r) {
+  return std::visit(
+      [](const auto& v) -> std::string_view {
+        if constexpr (std::is_same_v<std::decay_t<decltype(v)>, Outcome>)
+          return to_string(v);
+        else
+          return to_string(v.outcome);
+      },
+      r);
+}
+
 }  // namespace
 
 Ledger::Ledger(LedgerOptions options)
@@ -205,8 +377,9 @@ Ledger::Ledger(LedgerOptions options)
                                          "$5::numeric, $6, $7, $8::boolean)")),
       fast_credit_sql_(options_.schema.qualify(kFastCreditSql)),
       batch_sql_(options_.schema.qualify(
-          "SELECT * FROM {schema}.apply_batch($1::text[], $2::text[], $3::bigint[], $4::text[], "
-          "$5::numeric[], $6::text[], $7::text[], $8::boolean)")),
+          "SELECT * FROM {schema}.apply_steps($1::text[], $2::text[], $3::bigint[], $4::text[], "
+          "$5::numeric[], $6::text[], $7::text[], $8::numeric[], $9::bigint[], $10::text[], "
+          "$11::boolean)")),
       hold_sql_(options_.schema.qualify(
           "SELECT * FROM {schema}.hold_funds($1, $2::bigint, $3, $4::numeric, $5::numeric, "
           "$6::bigint, $7, $8::boolean)")),
@@ -366,72 +539,94 @@ absl::StatusOr<std::vector<absl::StatusOr<Outcome>>> Ledger::process_batch(
     return absl::InvalidArgumentError(
         fmt::format("a batch takes at most {} events, got {}", kMaxBatchSize, events.size()));
   }
+  const std::vector<LedgerStep> steps(events.begin(), events.end());
+  absl::StatusOr<std::vector<absl::StatusOr<StepResult>>> results = process_steps(conn, steps);
+  if (!results.ok()) return results.status();
+  std::vector<absl::StatusOr<Outcome>> answers;
+  answers.reserve(results->size());
+  for (absl::StatusOr<StepResult>& r : *results) {
+    // An event is answered an Outcome (step_result()).
+    answers.push_back(r.ok() ? absl::StatusOr<Outcome>(std::get<Outcome>(*r))
+                             : absl::StatusOr<Outcome>(std::move(r).status()));
+  }
+  return answers;
+}
+
+absl::StatusOr<std::vector<absl::StatusOr<StepResult>>> Ledger::process_steps(
+    Connection& conn, std::span<const LedgerStep> steps) const {
+  if (steps.size() > kMaxBatchSize) {
+    return absl::InvalidArgumentError(
+        fmt::format("a batch takes at most {} steps, got {}", kMaxBatchSize, steps.size()));
+  }
   const absl::Time start = options_.metrics != nullptr ? absl::Now() : absl::Time();
-  std::vector<absl::StatusOr<Outcome>> answers(events.size(),
-                                               absl::InternalError("no answer from apply_batch"));
-  // Element j of each array is events[sent[j]]; invalid events are answered here.
+  std::vector<absl::StatusOr<StepResult>> answers(
+      steps.size(), absl::InternalError("no answer from apply_steps"));
+  // Element j of each array is steps[sent[j]]; invalid steps are answered here.
   std::vector<std::size_t> sent;
-  sent.reserve(events.size());
-  ArrayText ids, types, users, assets, amounts, keys, fingerprints;
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    const PaymentEvent& e = events[i];
-    if (absl::Status valid = validate_single_phase(e); !valid.ok()) {
+  sent.reserve(steps.size());
+  StepArrays arrays;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    if (absl::Status valid = validate_step(steps[i]); !valid.ok()) {
       answers[i] = std::move(valid);
       continue;
     }
     sent.push_back(i);
-    const EventKeys k = keys_of(e);
-    ids.add(e.event_id);
-    types.add(to_string(e.type));
-    users.add(e.user_id);
-    assets.add(e.asset ? Param(e.asset->code()) : Param());
-    amounts.add(e.amount);
-    keys.add(k.key);
-    fingerprints.add(k.fingerprint);
+    std::visit([&](const auto& s) { arrays.add(s); }, steps[i]);
   }
   if (sent.empty()) return answers;
 
-  const Params params(std::move(ids).finish(), std::move(types).finish(), std::move(users).finish(),
-                      std::move(assets).finish(), std::move(amounts).finish(),
-                      std::move(keys).finish(), std::move(fingerprints).finish(),
+  const Params params(std::move(arrays.ids).finish(), std::move(arrays.types).finish(),
+                      std::move(arrays.users).finish(), std::move(arrays.assets).finish(),
+                      std::move(arrays.amounts).finish(), std::move(arrays.keys).finish(),
+                      std::move(arrays.fingerprints).finish(), std::move(arrays.fees).finish(),
+                      std::move(arrays.expires).finish(), std::move(arrays.hold_ids).finish(),
                       options_.write_notifications);
   absl::StatusOr<Result> result = execute_with_timeouts(conn, batch_sql_, params.span());
   if (!result.ok()) {
-    // The transaction did all of it or none of it, and every event is keyed:
+    // The transaction did all of it or none of it, and every step is keyed:
     // the same batch can be sent again, even after an in-doubt commit.
     absl::Status status = mark_idempotent(internal::interpret_ledger_error(result.status()));
     record(start, status, "", std::nullopt);
     return status;
   }
-  absl::StatusOr<std::vector<absl::StatusOr<ApplyAnswer>>> replies =
-      internal::read_batch_reply<ApplyAnswer>(*result, sent.size(), "apply_batch");
+  absl::StatusOr<std::vector<absl::StatusOr<std::string>>> replies =
+      internal::read_batch_reply<std::string>(*result, sent.size(), "apply_steps");
+  AlertSink& sink = alert_sink_or_default(options_.alerts);
+  for (std::size_t j = 0; replies.ok() && j < sent.size(); ++j) {
+    std::optional<absl::StatusOr<StepResult>> out =
+        step_result(sink, steps[sent[j]], (*replies)[j]);
+    if (!out) {
+      replies = absl::InternalError(
+          fmt::format("apply_steps answered step {} with \"{}\"", j + 1, *(*replies)[j]));
+      break;
+    }
+    answers[sent[j]] = *std::move(out);
+  }
   if (!replies.ok()) {
-    // Committed, but not readable: no event's answer can be trusted.
+    // Committed, but not readable: no step's answer can be trusted.
     record(start, replies.status(), "", std::nullopt);
     return replies.status();
   }
-  AlertSink& sink = alert_sink_or_default(options_.alerts);
-  for (std::size_t j = 0; j < sent.size(); ++j) {
-    const PaymentEvent& event = events[sent[j]];
-    absl::StatusOr<Outcome>& out = answers[sent[j]];
-    const absl::StatusOr<ApplyAnswer>& reply = (*replies)[j];
-    if (reply.ok()) {
-      out = applied_outcome(sink, event, *reply);
-    } else {
-      out = refusal_outcome(sink, event.event_id, reply.status());
-      if (!out.ok()) out = mark_idempotent(out.status());
-    }
-  }
   if (options_.metrics != nullptr) {
     observe(options_.metrics->apply_duration, absl::Now() - start);
-    for (std::size_t j = 0; j < sent.size(); ++j) {
-      const absl::StatusOr<Outcome>& out = answers[sent[j]];
-      const PaymentEvent& e = events[sent[j]];
-      count(out.status(), out.ok() ? to_string(*out) : "",
-            e.asset ? e.asset->code() : kDefaultAssetLabel);
+    for (const std::size_t i : sent) {
+      const absl::StatusOr<StepResult>& out = answers[i];
+      count(out.status(), out.ok() ? outcome_name(*out) : "", step_asset(steps[i]));
     }
   }
   return answers;
+}
+
+absl::StatusOr<StepResult> Ledger::process_step(Connection& conn, const LedgerStep& step) const {
+  return std::visit(
+      [&](const auto& s) -> absl::StatusOr<StepResult> {
+        using T = std::decay_t<decltype(s)>;
+        if constexpr (std::is_same_v<T, PaymentEvent>) return process_event(conn, s);
+        if constexpr (std::is_same_v<T, HoldRequest>) return hold(conn, s);
+        if constexpr (std::is_same_v<T, PostRequest>) return post(conn, s);
+        if constexpr (std::is_same_v<T, VoidRequest>) return void_hold(conn, s);
+      },
+      step);
 }
 
 absl::StatusOr<Result> Ledger::execute_with_timeouts(Connection& conn, std::string_view sql,
@@ -445,53 +640,24 @@ absl::StatusOr<Result> Ledger::execute_with_timeouts(Connection& conn, std::stri
 absl::StatusOr<HoldResult> Ledger::run_hold_step(Connection& conn, std::string_view sql,
                                                  std::span<const Param> params,
                                                  std::string_view what, std::string_view id) const {
+  AlertSink& sink = alert_sink_or_default(options_.alerts);
   absl::StatusOr<Result> r = execute_with_timeouts(conn, sql, params);
-  if (!r.ok()) {
-    // Keyed by the hold: running a step again answers what happened.
-    absl::Status status = mark_idempotent(internal::interpret_ledger_error(r.status()));
-    if (sqlstate(status) == internal::kConflictingReplay) {
-      raise_alert(AlertSeverity::kCritical, fmt::format("conflicting_replay:{}", id),
-                  internal::to_std(status.message()));
-    }
-    return status;
-  }
+  if (!r.ok()) return hold_step_refusal(sink, id, r.status());
   absl::StatusOr<Row> row = r->single_row(what);
   if (!row.ok()) return row.status();
   auto read = row->read<HoldOutcome, HoldState>();
   if (!read.ok()) return read.status();
   const auto [outcome, state] = *read;
-  if (outcome == HoldOutcome::kRefused) {
-    // A step the hold no longer allows: a post of a released hold means funds
-    // may have left custody while the ledger released them (expired,
-    // voided); a void of a posted one, that the chain and the provider
-    // disagree. Someone must look.
-    raise_alert(AlertSeverity::kCritical, fmt::format("hold_refused:{}", id),
-                fmt::format("{} of hold {} refused: the hold is {}", what, id, to_string(state)));
-  }
-  return HoldResult{.outcome = outcome, .state = state};
+  return hold_step_result(sink, what, id, outcome, state);
 }
 
 absl::StatusOr<HoldResult> Ledger::hold(Connection& conn, const HoldRequest& request) const {
   const absl::Time start = options_.metrics != nullptr ? absl::Now() : absl::Time();
-  const PaymentEvent as_event{.event_id = request.event_id,
-                              .type = EventType::kWithdrawalRequested,
-                              .user_id = request.user_id,
-                              .amount = request.amount};
-  absl::Status valid = validate_event(as_event);
-  if (valid.ok() && request.fee.is_negative()) {
-    valid = absl::InvalidArgumentError("fee must not be negative");
-  }
-  if (valid.ok() && request.expires_in < absl::ZeroDuration()) {
-    valid = absl::InvalidArgumentError("expires_in must not be negative");
-  }
-  if (!valid.ok()) return valid;
-  // The hold's content, for telling a replay from a conflict.
-  const std::string fingerprint =
-      idempotency_key({"hold", std::to_string(request.user_id), request.amount.to_string(),
-                       request.fee.to_string()});
+  if (absl::Status valid = validate_hold(request); !valid.ok()) return valid;
   const Params params(request.event_id, request.user_id,
                       request.asset ? Param(request.asset->code()) : Param(), request.amount,
-                      request.fee, request.expires_in, fingerprint, options_.write_notifications);
+                      request.fee, request.expires_in, hold_fingerprint(request),
+                      options_.write_notifications);
   absl::StatusOr<HoldResult> r = run_hold_step(conn, hold_sql_, params, "hold", request.event_id);
   record(start, r.status(), r.ok() ? to_string(r->outcome) : "",
          request.asset ? request.asset->code() : kDefaultAssetLabel);
@@ -500,11 +666,7 @@ absl::StatusOr<HoldResult> Ledger::hold(Connection& conn, const HoldRequest& req
 
 absl::StatusOr<HoldResult> Ledger::post(Connection& conn, const PostRequest& request) const {
   const absl::Time start = options_.metrics != nullptr ? absl::Now() : absl::Time();
-  if (absl::Status s = check_event_id(request.hold_id, "hold_id"); !s.ok()) return s;
-  if ((request.amount && (request.amount->is_zero() || request.amount->is_negative())) ||
-      (request.fee && request.fee->is_negative())) {
-    return absl::InvalidArgumentError("a post captures an amount > 0 and a fee >= 0");
-  }
+  if (absl::Status valid = validate_post(request); !valid.ok()) return valid;
   const Params params(request.hold_id, null_if_empty(request.event_id), request.user_id,
                       request.amount, request.fee, options_.write_notifications);
   absl::StatusOr<HoldResult> r = run_hold_step(conn, post_sql_, params, "post", request.hold_id);
@@ -515,7 +677,7 @@ absl::StatusOr<HoldResult> Ledger::post(Connection& conn, const PostRequest& req
 
 absl::StatusOr<HoldResult> Ledger::void_hold(Connection& conn, const VoidRequest& request) const {
   const absl::Time start = options_.metrics != nullptr ? absl::Now() : absl::Time();
-  if (absl::Status s = check_event_id(request.hold_id, "hold_id"); !s.ok()) return s;
+  if (absl::Status valid = validate_void(request); !valid.ok()) return valid;
   const Params params(request.hold_id, null_if_empty(request.event_id), request.user_id,
                       options_.write_notifications);
   absl::StatusOr<HoldResult> r = run_hold_step(conn, void_sql_, params, "void", request.hold_id);

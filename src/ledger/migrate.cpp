@@ -108,6 +108,11 @@ const std::vector<Migration>& migrations() {
        {
 #include "src/ledger/migrations/0016_one_notify_per_batch.inc"
        }},
+      {17,
+       "batch_hold_steps",
+       {
+#include "src/ledger/migrations/0017_batch_hold_steps.inc"
+       }},
   };
   return all;
 }

@@ -15,6 +15,55 @@
 namespace idemledger {
 namespace {
 
+// The Ledger step a claimed event asks for.
+LedgerStep step_of(const ClaimedEvent& claimed) {
+  const PaymentEvent& e = claimed.event;
+  switch (e.type) {
+    case EventType::kWithdrawalRequested:
+      return HoldRequest{.event_id = e.event_id,
+                         .user_id = e.user_id,
+                         .asset = e.asset,
+                         .amount = e.amount,
+                         .fee = claimed.fee.value_or(Amount()),
+                         .expires_in = claimed.expires_in.value_or(absl::Hours(24))};
+    case EventType::kWithdrawalConfirmed:
+      return PostRequest{
+          .hold_id = claimed.hold_id,
+          .user_id = e.user_id,
+          .amount = claimed.has_amount ? std::optional<Amount>(e.amount) : std::nullopt,
+          .fee = claimed.fee,
+          .event_id = e.event_id};
+    case EventType::kWithdrawalFailed:
+      return VoidRequest{.hold_id = claimed.hold_id, .user_id = e.user_id, .event_id = e.event_id};
+    default:
+      return e;
+  }
+}
+
+// What the step's answer makes of the event, in the terms settle() reads: a
+// refused hold step (the hold is in another final state; the ledger raised
+// the alert) is a permanent failure of this event, with a dead letter for an
+// operator.
+absl::StatusOr<Outcome> outcome_of(const ClaimedEvent& claimed,
+                                   const absl::StatusOr<StepResult>& result) {
+  if (!result.ok()) return result.status();
+  if (const auto* outcome = std::get_if<Outcome>(&*result)) return *outcome;
+  const HoldResult& step = std::get<HoldResult>(*result);
+  switch (step.outcome) {
+    case HoldOutcome::kApplied:
+      return Outcome::kApplied;
+    case HoldOutcome::kAlreadyApplied:
+      return Outcome::kAlreadyApplied;
+    case HoldOutcome::kInsufficientFunds:
+      return Outcome::kInsufficientFunds;
+    case HoldOutcome::kRefused:
+      break;
+  }
+  return absl::FailedPreconditionError(fmt::format("{} of hold {} refused: the hold is {}",
+                                                   to_string(claimed.event.type), claimed.hold_id,
+                                                   to_string(step.state)));
+}
+
 // Reason recorded in the dead letter for a permanent failure: the code's name.
 std::string reason_for(const absl::Status& failure) {
   std::string name = absl::StatusCodeToString(failure.code());
@@ -119,11 +168,11 @@ absl::StatusOr<Disposition> Dispatcher::settle(Connection& conn, const ClaimedEv
 
 absl::Status Dispatcher::process_together(Connection& conn,
                                           std::span<const ClaimedEvent* const> claimed) const {
-  std::vector<PaymentEvent> events;
-  events.reserve(claimed.size());
-  for (const ClaimedEvent* c : claimed) events.push_back(c->event);
-  absl::StatusOr<std::vector<absl::StatusOr<Outcome>>> answers =
-      ledger_.process_batch(conn, events);
+  std::vector<LedgerStep> steps;
+  steps.reserve(claimed.size());
+  for (const ClaimedEvent* c : claimed) steps.push_back(step_of(*c));
+  absl::StatusOr<std::vector<absl::StatusOr<StepResult>>> answers =
+      ledger_.process_steps(conn, steps);
   if (!answers.ok() && connection_broken(answers.status())) {
     return answers.status();  // in doubt or not, the leases bring them back; the keys make it exact
   }
@@ -131,7 +180,8 @@ absl::Status Dispatcher::process_together(Connection& conn,
     // The batch as a whole failed (a lock or statement timeout): nothing of
     // it was applied, and each event takes its own turn.
     absl::StatusOr<Disposition> d =
-        answers.ok() ? measured(*claimed[i], settle(conn, *claimed[i], (*answers)[i]))
+        answers.ok() ? measured(*claimed[i],
+                                settle(conn, *claimed[i], outcome_of(*claimed[i], (*answers)[i])))
                      : process(conn, *claimed[i]);
     if (!d.ok() && connection_broken(d.status())) return d.status();
   }
@@ -139,48 +189,7 @@ absl::Status Dispatcher::process_together(Connection& conn,
 }
 
 absl::StatusOr<Outcome> Dispatcher::apply(Connection& conn, const ClaimedEvent& claimed) const {
-  const PaymentEvent& e = claimed.event;
-  absl::StatusOr<HoldResult> step;
-  switch (e.type) {
-    case EventType::kWithdrawalRequested:
-      step = ledger_.hold(conn, {.event_id = e.event_id,
-                                 .user_id = e.user_id,
-                                 .asset = e.asset,
-                                 .amount = e.amount,
-                                 .fee = claimed.fee.value_or(Amount()),
-                                 .expires_in = claimed.expires_in.value_or(absl::Hours(24))});
-      break;
-    case EventType::kWithdrawalConfirmed:
-      step = ledger_.post(
-          conn, {.hold_id = claimed.hold_id,
-                 .user_id = e.user_id,
-                 .amount = claimed.has_amount ? std::optional<Amount>(e.amount) : std::nullopt,
-                 .fee = claimed.fee,
-                 .event_id = e.event_id});
-      break;
-    case EventType::kWithdrawalFailed:
-      step = ledger_.void_hold(
-          conn, {.hold_id = claimed.hold_id, .user_id = e.user_id, .event_id = e.event_id});
-      break;
-    default:
-      return ledger_.process_event(conn, e);
-  }
-  if (!step.ok()) return step.status();
-  switch (step->outcome) {
-    case HoldOutcome::kApplied:
-      return Outcome::kApplied;
-    case HoldOutcome::kAlreadyApplied:
-      return Outcome::kAlreadyApplied;
-    case HoldOutcome::kInsufficientFunds:
-      return Outcome::kInsufficientFunds;
-    case HoldOutcome::kRefused:
-      break;
-  }
-  // The hold is in another final state (the ledger raised the alert): a
-  // permanent failure of this event, with a dead letter for an operator.
-  return absl::FailedPreconditionError(fmt::format("{} of hold {} refused: the hold is {}",
-                                                   to_string(e.type), claimed.hold_id,
-                                                   to_string(step->state)));
+  return outcome_of(claimed, ledger_.process_step(conn, step_of(claimed)));
 }
 
 absl::StatusOr<std::optional<Disposition>> Dispatcher::hold_until_final(
@@ -293,10 +302,11 @@ absl::StatusOr<int> Dispatcher::run_once(Connection& conn) const {
 
 absl::Status Dispatcher::process_all(Connection& conn,
                                      std::span<const ClaimedEvent> claimed) const {
-  // In claim order: each run of single-phase events that wait for nothing
-  // is applied together (one transaction, one round trip); a hold step or a
-  // credit waiting for finality goes alone, after the run before it — a
-  // hold must see the deposit claimed ahead of it.
+  // In claim order: each run of events that wait for nothing — single-phase
+  // events and hold steps alike — is applied together (one transaction, one
+  // round trip, answered in claim order, so a hold sees the deposit claimed
+  // ahead of it); a credit waiting for finality goes alone, after the run
+  // before it.
   std::vector<const ClaimedEvent*> run;
   const auto flush = [&]() -> absl::Status {
     for (std::size_t at = 0; at < run.size(); at += kMaxBatchSize) {
@@ -309,7 +319,7 @@ absl::Status Dispatcher::process_all(Connection& conn,
     return absl::OkStatus();
   };
   for (const ClaimedEvent& c : claimed) {
-    if (options_.apply_in_batches && !is_hold_step(c.event.type) && !needs_finality(c)) {
+    if (options_.apply_in_batches && !needs_finality(c)) {
       run.push_back(&c);
       continue;
     }

@@ -178,6 +178,45 @@ TEST_F(DispatcherTest, RunOnceAppliesAClaimInOneTransaction_APoisonedEventEndsAl
   EXPECT_EQ(balance(1), "13");
 }
 
+// A claim's hold steps join its batch: the deposit, the holds, the post and
+// the void are applied in claim order in one transaction (a hold sees the
+// deposit claimed ahead of it); a step the hold no longer allows still ends
+// failed alone, with its dead letter and the ledger's alert.
+TEST_F(DispatcherTest, HoldStepsJoinTheClaimsBatch_ARefusedStepEndsAlone) {
+  open_account(1, "0");
+  // Claimed in next_attempt_at order: d1, w1, c1, w2, f2, c2.
+  exec(
+      "INSERT INTO {schema}.payment_events (event_id, user_id, asset, amount, fee, hold_id, "
+      "expires_at, event_type, status, next_attempt_at) "
+      "SELECT id, 1, 'DEFAULT', amt, fee, hold, exp, typ, 'pending', "
+      "       now() - (10 - ord) * interval '1 millisecond' "
+      "  FROM (VALUES (1, 'd1', 10::numeric, NULL::numeric, NULL, NULL::timestamptz, 'deposit'), "
+      "               (2, 'w1', 4, 1, NULL, now() + interval '1 hour', 'withdrawal_requested'), "
+      "               (3, 'c1', NULL, NULL, 'w1', NULL, 'withdrawal_confirmed'), "
+      "               (4, 'w2', 3, 0, NULL, now() + interval '1 hour', 'withdrawal_requested'), "
+      "               (5, 'f2', NULL, NULL, 'w2', NULL, 'withdrawal_failed'), "
+      "               (6, 'c2', NULL, NULL, 'w2', NULL, 'withdrawal_confirmed')) "
+      "       AS v(ord, id, amt, fee, hold, exp, typ)");
+  Dispatcher d(*ledger_, dispatch_options());
+  EXPECT_EQ(*d.run_once(*conn_), 6);
+  EXPECT_EQ(scalar("SELECT string_agg(event_id || ':' || status, ',' ORDER BY event_id) "
+                   "FROM {schema}.payment_events"),
+            "c1:confirmed,c2:failed,d1:confirmed,f2:confirmed,w1:confirmed,w2:confirmed");
+  EXPECT_EQ(scalar("SELECT string_agg(event_id || ':' || state, ',' ORDER BY event_id) "
+                   "FROM {schema}.holds"),
+            "w1:posted,w2:voided");
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.dead_letter_queue WHERE event_id = 'c2' AND "
+                  "reason = 'failed_precondition'"),
+            1);
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.dead_letter_queue"), 1);
+  EXPECT_THAT(alerts_.keys(), Contains("hold_refused:w2"));
+  EXPECT_EQ(balance(1), "5");  // 10 - 4 - fee 1
+  EXPECT_EQ(scalar("SELECT held FROM {schema}.accounts WHERE user_id = 1"), "0.000000000000000000");
+  EXPECT_EQ(count("SELECT count(DISTINCT created_at) FROM {schema}.balance_events"), 1)
+      << "one transaction for the claim";
+  expect_reconciled();
+}
+
 // The batch fails as a whole (its accounts stay locked past lock_timeout):
 // each event then takes its own turn and gets its own durable retry.
 TEST_F(DispatcherTest, ABatchTimingOutWholeFallsBackToEachEvent) {

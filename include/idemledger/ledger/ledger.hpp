@@ -59,6 +59,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -109,6 +110,14 @@ struct PaymentEvent {
   Amount amount;                   // > 0, within the asset's decimals
   std::optional<AssetCode> asset;  // nullopt: the default asset
 };
+
+// One step of a mixed batch (Ledger::process_steps()): a single-phase event,
+// or a hold step.
+using LedgerStep = std::variant<PaymentEvent, HoldRequest, PostRequest, VoidRequest>;
+
+// What a step answered: an Outcome for a PaymentEvent, a HoldResult for a
+// hold step — the same as the single call.
+using StepResult = std::variant<Outcome, HoldResult>;
 
 // An account: one user's holdings of one asset.
 struct Account {
@@ -191,7 +200,8 @@ class Ledger {
   // kAlreadyExists (alerted), a debit is judged against the funds the events
   // before it left, an unknown user is kNotFound, an invalid event is
   // kInvalidArgument (and not sent); one event's refusal never aborts the
-  // others. Hold steps are not batched (use hold(), post(), void_hold()).
+  // others. A hold step is kInvalidArgument here: process_steps() takes
+  // them.
   //
   // The returned status is the batch's own: kInvalidArgument for more than
   // kMaxBatchSize events, or a retryable error (a lock or statement timeout,
@@ -206,6 +216,26 @@ class Ledger {
   // slow down while the batch runs.
   [[nodiscard]] absl::StatusOr<std::vector<absl::StatusOr<Outcome>>> process_batch(
       Connection& conn, std::span<const PaymentEvent> events) const;
+
+  // process_steps()
+  //
+  // process_batch() for every kind of step: single-phase events and holds,
+  // posts and voids (hold(), post(), void_hold()), mixed, in one transaction
+  // and one round trip, each answered exactly as its single call answers
+  // when the steps are sent one by one in input order — a post of a hold
+  // held earlier in the same batch captures it, a hold is judged against the
+  // funds the steps before it left, a refused post or void is
+  // HoldOutcome::kRefused (alerted, as alone). The batch's own status, the
+  // lock order and the subtransaction advice are process_batch()'s; the
+  // holds a batch posts or voids are locked first, by id, then its
+  // accounts, so batches never deadlock each other or a single call.
+  [[nodiscard]] absl::StatusOr<std::vector<absl::StatusOr<StepResult>>> process_steps(
+      Connection& conn, std::span<const LedgerStep> steps) const;
+
+  // process_step(): one step through its own call — process_event(), hold(),
+  // post() or void_hold(), by its kind.
+  [[nodiscard]] absl::StatusOr<StepResult> process_step(Connection& conn,
+                                                        const LedgerStep& step) const;
 
   // process_compensation()
   //

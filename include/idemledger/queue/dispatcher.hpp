@@ -2,14 +2,14 @@
 //
 // Intake records events as `pending`; workers claim due ones with
 // FOR UPDATE SKIP LOCKED into `enqueued` under a lease, commit, then apply
-// them through the Ledger — the single-phase ones of a claim together in one
-// transaction (process_batch), the others each in its own: credits and single-phase
-// debits, and the steps of two-phase withdrawals (withdrawal_requested
-// holds, withdrawal_confirmed posts, withdrawal_failed voids; a post or void
-// the hold no longer allows ends failed with a dead letter — and the
-// ledger's critical alert, since the chain and the ledger then disagree). No broker can lose a task
-// because there is none: a claim that is never finished (worker killed,
-// hung) expires and is recovered.
+// them through the Ledger — a claim's events together in one transaction
+// (process_steps), a credit waiting for chain finality in its own: credits
+// and single-phase debits, and the steps of two-phase withdrawals
+// (withdrawal_requested holds, withdrawal_confirmed posts, withdrawal_failed
+// voids; a post or void the hold no longer allows ends failed with a dead
+// letter — and the ledger's critical alert, since the chain and the ledger
+// then disagree). No broker can lose a task because there is none: a claim that is never finished
+// (worker killed, hung) expires and is recovered.
 //
 //   idemledger::Dispatcher dispatcher(ledger, {.schema = "idemledger"});
 //   for (;;) {
@@ -28,7 +28,7 @@
 //   returns the event to pending at most max_recoveries times, then failed +
 //   dead letter + critical alert.
 // - One bad event never rolls back another's work: events are applied one
-//   transaction each, or together in one Ledger::process_batch where each
+//   transaction each, or together in one Ledger::process_steps where each
 //   runs as if alone and a refusal is that event's answer.
 //
 // Dispatcher is thread-safe (configuration only); each call needs a
@@ -88,8 +88,8 @@ struct DispatcherOptions {
   // One structured line per processed event (with intake's trace id) and per
   // recovery; nullptr logs nothing.
   LogSink* log = nullptr;
-  // run_once() applies a claim's single-phase events that wait for nothing
-  // in one Ledger::process_batch (one transaction); false: one by one.
+  // run_once() applies a claim's events that wait for nothing (hold steps
+  // too) in one Ledger::process_steps (one transaction); false: one by one.
   bool apply_in_batches = true;
 };
 
@@ -158,14 +158,14 @@ class Dispatcher {
 
   // process_all()
   //
-  // Applies claimed events in claim order: each run of single-phase events
-  // that wait for nothing in one Ledger::process_batch (one transaction, one
-  // round trip; each answer then settled as process() settles it, so a
-  // poisoned event still ends alone in the DLQ with its reason), a hold step
-  // or a credit waiting for finality through process() alone (every event
-  // so when apply_in_batches is false). If the batch fails as a whole (a lock or
-  // statement timeout) each of its events takes its own turn. Non-OK only
-  // when the session is gone: the leases bring the rest back.
+  // Applies claimed events in claim order: each run of events that wait for
+  // nothing — single-phase events and hold steps — in one
+  // Ledger::process_steps (one transaction, one round trip; each answer
+  // then settled as process() settles it, so a poisoned event still ends
+  // alone in the DLQ with its reason), a credit waiting for finality through
+  // process() alone (every event so when apply_in_batches is false). If the batch fails as a whole
+  // (a lock or statement timeout) each of its events takes its own turn. Non-OK only when the
+  // session is gone: the leases bring the rest back.
   [[nodiscard]] absl::Status process_all(Connection& conn,
                                          std::span<const ClaimedEvent> claimed) const;
 
@@ -202,7 +202,7 @@ class Dispatcher {
   // recorded failure (durable retry, or failed + dead letter).
   absl::StatusOr<Disposition> settle(Connection& conn, const ClaimedEvent& claimed,
                                      const absl::StatusOr<Outcome>& outcome) const;
-  // Single-phase events, applied in one process_batch and settled one by one.
+  // Events applied in one process_steps and settled one by one.
   absl::Status process_together(Connection& conn,
                                 std::span<const ClaimedEvent* const> claimed) const;
   // A credit that must wait until its chain transaction is final.
