@@ -38,22 +38,8 @@ fi
 [[ $(id -u) -eq 0 ]] && chown -R postgres: "$root_dir"
 chmod 755 "$root_dir"
 
-# Ports come from below the kernel's ephemeral range (ip_local_port_range):
-# a port inside it can be taken at any moment by some client's outgoing
-# connection, which is how "Address already in use" hit 2 starts in 10.
-# Below it only listeners compete, and a lost race is retried on a new port.
-read -r ephemeral_low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || ephemeral_low=32768
-port_floor=20000
-((ephemeral_low - port_floor > 2000)) || port_floor=$((ephemeral_low > 12000 ? ephemeral_low - 2000 : 10000))
-pick_port() {  # a port below the ephemeral range that nothing listens on
-  local candidate
-  for _ in $(seq 1 200); do
-    candidate=$((port_floor + RANDOM % (ephemeral_low - port_floor)))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null; then echo "$candidate"; return; fi
-  done
-  echo "with-postgres: no free port below $ephemeral_low" >&2
-  return 1
-}
+# shellcheck source=scripts/free-port.sh
+source "$(dirname "${BASH_SOURCE[0]}")/free-port.sh"
 
 "${as_owner[@]}" "$pg_bin/initdb" -D "$root_dir/data" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >"$root_dir/initdb.log" 2>&1 \
   || { cat "$root_dir/initdb.log" >&2; exit 1; }

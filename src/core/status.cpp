@@ -19,15 +19,19 @@ bool is_retryable(const absl::Status& status) {
 }
 
 bool sqlstate_breaks_connection(std::string_view sqlstate) {
+  // 25006: the session is on a node that cannot write — a standby, or a
+  // primary demoted under it. Nothing was written; a new connection (with
+  // target_session_attrs=read-write) finds the primary.
   return sqlstate.starts_with("08") || sqlstate == "57P01" || sqlstate == "57P02" ||
-         sqlstate == "57P03";
+         sqlstate == "57P03" || sqlstate == "25006";
 }
 
 absl::Status status_from_sqlstate(std::string_view sqlstate, std::string_view message) {
   const std::string text = fmt::format("{} [SQLSTATE {}]", message, sqlstate);
   absl::Status status;
   if (sqlstate == "55P03" || sqlstate == "53300" || sqlstate_breaks_connection(sqlstate)) {
-    status = absl::UnavailableError(text);  // lock not available, too many connections, gone
+    status = absl::UnavailableError(text);  // lock not available, too many connections, gone,
+                                            // read-only node
   } else if (sqlstate == "40003") {
     status = absl::UnavailableError(text);  // statement completion unknown
     mark_commit_in_doubt(status);

@@ -81,6 +81,9 @@ struct Connection::Impl {
   ConnectionOptions options;
   absl::flat_hash_map<std::string, std::string> prepared;  // SQL text -> statement name
   bool broken = false;
+  // The session still talks, but must not be handed out again (it is on a
+  // node that cannot write): the pool replaces it.
+  bool retired = false;
   bool lost_without_answer = false;  // the last error was the session vanishing mid-call
 
   bool connection_bad() const { return broken || PQstatus(conn.get()) != CONNECTION_OK; }
@@ -103,6 +106,8 @@ struct Connection::Impl {
     if (connection_bad()) {
       broken = true;
       mark_connection_broken(status);
+    } else if (connection_broken(status)) {
+      retired = true;  // 25006: the session works, but on a node that cannot write
     }
     return status;
   }
@@ -337,7 +342,7 @@ bool Connection::in_transaction() const {
   return t == PQTRANS_INTRANS || t == PQTRANS_INERROR;
 }
 
-bool Connection::is_broken() const { return impl_->connection_bad(); }
+bool Connection::is_broken() const { return impl_->connection_bad() || impl_->retired; }
 
 bool Connection::is_idle() const {
   return !impl_->connection_bad() && PQtransactionStatus(impl_->conn.get()) == PQTRANS_IDLE;

@@ -24,6 +24,7 @@ TEST(StatusFromSqlstate, MapsEveryStateTheSpecNames) {
       {"57P01", absl::StatusCode::kUnavailable, true, true},        // admin_shutdown
       {"57P02", absl::StatusCode::kUnavailable, true, true},        // crash_shutdown
       {"57P03", absl::StatusCode::kUnavailable, true, true},        // cannot_connect_now
+      {"25006", absl::StatusCode::kUnavailable, true, true},        // read_only_sql_transaction
       {"40003", absl::StatusCode::kUnavailable, false, false},      // completion unknown: see below
       {"23505", absl::StatusCode::kAlreadyExists, false, false},    // unique_violation
       {"23514", absl::StatusCode::kFailedPrecondition, false, false},  // check_violation

@@ -3,6 +3,7 @@
 // idempotency record AND the payment event's status.
 #include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
+#include "idemledger/core/status.hpp"
 #include "idemledger/ledger/idempotency_key.hpp"
 #include "idemledger/ledger/ledger.hpp"
 #include "tests/support/test_db.hpp"
@@ -134,6 +135,44 @@ TEST_F(Ledger_, Deposit_UnknownUser_NotFoundAndNothingWritten) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("user 42 not found"));
   expect_nothing_written();
+}
+
+// A session on a node that cannot write (a standby, or a primary demoted
+// under it): every kind of call is retryable, breaks the session (a pool
+// replaces it; target_session_attrs=read-write then finds the primary) and
+// writes nothing — never a permanent failure, never a dead letter.
+TEST_F(Ledger_, OnANodeThatCannotWrite_RetryableSessionBrokenNothingWritten) {
+  IDEMLEDGER_NEEDS_OWN_SESSION("a session-level read-only default");
+  open_account(1, "10");
+  const auto read_only = [&] {
+    std::unique_ptr<pg::Connection> c = connect();
+    EXPECT_TRUE(c->execute("SET default_transaction_read_only = on").ok());
+    return c;
+  };
+  const auto expect_broken = [](const absl::Status& s, std::string_view what) {
+    EXPECT_EQ(sqlstate(s), "25006") << what << ": " << s;
+    EXPECT_TRUE(is_retryable(s)) << what;
+    EXPECT_TRUE(connection_broken(s)) << what;
+  };
+  std::unique_ptr<pg::Connection> c = read_only();
+  expect_broken(ledger_->process_deposit(*c, event("evt_1", EventType::kDeposit, 1, "1")).status(),
+                "deposit");
+  EXPECT_TRUE(c->is_broken());
+  c = read_only();
+  expect_broken(
+      ledger_->process_withdrawal(*c, event("evt_2", EventType::kWithdrawal, 1, "1")).status(),
+      "withdrawal");
+  c = read_only();
+  const std::vector<PaymentEvent> batch = {event("evt_3", EventType::kDeposit, 1, "1")};
+  expect_broken(ledger_->process_batch(*c, batch).status(), "batch");
+  c = read_only();
+  expect_broken(
+      ledger_->hold(*c, {.event_id = "evt_4", .user_id = 1, .amount = *Amount::parse("1")})
+          .status(),
+      "hold");
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events"), 0);
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.processed_events"), 0);
+  EXPECT_EQ(balance(1), "10");
 }
 
 TEST_F(Ledger_, Deposit_ClaimedByWorker_MovesEnqueuedToConfirmedAndResetsRetries) {

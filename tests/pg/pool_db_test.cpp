@@ -84,6 +84,31 @@ TEST(Pool, DropsAConnectionWhoseCallBrokeIt) {
   EXPECT_TRUE((*c)->execute("SELECT 1").ok());
 }
 
+// A session that cannot write — on a standby, or on a primary demoted under
+// it — is broken: retryable, never retried in place, replaced by the pool.
+TEST(Pool, DropsASessionThatCannotWrite) {
+  pg::Pool pool(small_pool(1));
+  int pid = 0;
+  {
+    absl::StatusOr<pg::PooledConnection> c = pool.acquire();
+    ASSERT_TRUE(c.ok());
+    pid = (*c)->backend_pid();
+    ASSERT_TRUE((*c)->execute("BEGIN READ ONLY").ok());
+    absl::StatusOr<Result> r = (*c)->execute("CREATE TABLE idemledger_read_only_probe (i int)");
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(sqlstate(r.status()), "25006");
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_TRUE(is_retryable(r.status()));
+    EXPECT_TRUE(connection_broken(r.status())) << r.status();
+    EXPECT_TRUE((*c)->is_broken());
+  }
+  EXPECT_EQ(pool.stats().dropped, 1u);
+  absl::StatusOr<pg::PooledConnection> c = pool.acquire();
+  ASSERT_TRUE(c.ok());
+  EXPECT_NE((*c)->backend_pid(), pid);
+  EXPECT_TRUE((*c)->execute("SELECT 1").ok());
+}
+
 TEST(Pool, IsThreadSafeUnderContention) {
   pg::Pool pool({.dsn = test_dsn(),
                  .max_size = 3,

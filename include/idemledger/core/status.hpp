@@ -61,7 +61,9 @@ inline constexpr std::string_view kIdempotentPayload = "idemledger/idempotent";
 [[nodiscard]] absl::Status status_from_sqlstate(std::string_view sqlstate,
                                                 std::string_view message);
 
-// True if the SQLSTATE means the session is gone (class 08, 57P01..57P03).
+// True if the SQLSTATE means the session is gone (class 08, 57P01..57P03)
+// or cannot write (25006: a standby, or a primary demoted under it — replace
+// the session, never retry on it).
 [[nodiscard]] bool sqlstate_breaks_connection(std::string_view sqlstate);
 
 // The SQLSTATE carried by `status`, if any.

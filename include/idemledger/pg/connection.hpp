@@ -53,7 +53,8 @@ class Connection final : public idemledger::Connection {
   [[nodiscard]] absl::StatusOr<bool> wait_for_notification(absl::Duration timeout) override;
 
   // True if the session is gone (closed by the server, network error, or a
-  // status reported connection_broken()).
+  // status reported connection_broken()) or must not be reused (it answered
+  // 25006: it is on a standby, or on a primary demoted under it).
   [[nodiscard]] bool is_broken() const;
   // poll_alive()
   //
