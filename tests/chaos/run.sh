@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/chaos/run.sh [EVENTS=10000] [CHAOS_SECONDS=60] [RESTARTS=3]
+# tests/chaos/run.sh [EVENTS=10000] [CHAOS_SECONDS=60] [RESTARTS=3] [FAILOVERS=0]
 #
 # The soak: on a private PostgreSQL (fsync and synchronous commit ON — a crash
 # must not lose an acknowledged commit), webhook_intake + 4 outbox_worker
@@ -18,6 +18,14 @@
 #   - restart the database RESTARTS times (the second with `stop -m immediate`,
 #     a crash: committed work must survive, in-flight work must be retried);
 #   - hold row locks on hot users for 2 s every ~5 s (NOWAIT and lock_timeout).
+# With FAILOVERS > 0 it runs on a replicated cluster instead (scripts/cluster.sh:
+# a primary, a synchronous standby, pg_auto_failover), every service on the
+# cluster's DSN (both nodes, target_session_attrs=read-write), and the
+# database "restarts" become FAILOVERS failovers: the primary's machine dies
+# (its keeper and postgres SIGKILLed), the monitor promotes the standby, the
+# old primary rejoins as the standby (pg_rewind), and the next failover waits
+# until it has. Each failover's seconds without writes (a client's view) are
+# printed.
 # Then it waits until every event is terminal and checks with its own SQL:
 # no double credit, no lost event, no negative balance, every account
 # reconciles (balance and held), every asset sums to zero, every hold ended
@@ -30,21 +38,28 @@
 # Prints the figures; exits non-zero on any violation.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-events=${1:-10000} chaos_s=${2:-60} restarts=${3:-3}
+events=${1:-10000} chaos_s=${2:-60} restarts=${3:-3} failovers=${4:-0}
 
-if [[ -z "${IDEMLEDGER_PG_PORT:-}" ]]; then
-  bash scripts/build.sh build >/dev/null
-  exec bash scripts/with-postgres.sh build/chaos-pg bash "$0" "$events" "$chaos_s" "$restarts"
+# IDEMLEDGER_BUILD_DIR: a tree already built (ctest's failover.* test);
+# otherwise build/ is built first.
+build=${IDEMLEDGER_BUILD_DIR:-build}
+if ((failovers > 0)) && [[ -z "${IDEMLEDGER_CLUSTER_DIR:-}" ]]; then
+  [[ -n "${IDEMLEDGER_BUILD_DIR:-}" ]] || bash scripts/build.sh build >/dev/null
+  exec bash scripts/with-cluster.sh "$build/chaos-cluster" bash "$0" "$events" "$chaos_s" 0 "$failovers"
+elif ((failovers == 0)) && [[ -z "${IDEMLEDGER_PG_PORT:-}" ]]; then
+  [[ -n "${IDEMLEDGER_BUILD_DIR:-}" ]] || bash scripts/build.sh build >/dev/null
+  exec bash scripts/with-postgres.sh "$build/chaos-pg" bash "$0" "$events" "$chaos_s" "$restarts"
 fi
 
-bin=build/examples
-logs=build/chaos-logs
+bin=$build/examples
+logs=$build/chaos-logs
+((failovers == 0)) || logs=$build/chaos-logs-failover
 rm -rf "$logs" && mkdir -p "$logs"
 schema=chaos
-psql=(psql -X -q -t -A -v ON_ERROR_STOP=1 -h "$IDEMLEDGER_PG_SOCKET" -p "$IDEMLEDGER_PG_PORT" -U postgres -d postgres)
+psql=(psql -X -q -t -A -v ON_ERROR_STOP=1 -d "$IDEMLEDGER_TEST_DSN")
 sql() { "${psql[@]}" -c "$1"; }
 # shellcheck disable=SC2206  # IDEMLEDGER_PG_AS is "runuser -u postgres --" or empty
-as_owner=($IDEMLEDGER_PG_AS)
+as_owner=(${IDEMLEDGER_PG_AS:-})
 pg_stop() { "${as_owner[@]}" "$IDEMLEDGER_PG_BIN/pg_ctl" -D "$IDEMLEDGER_PG_DATA" -w -t 60 stop -m "$1" >/dev/null; }
 pg_start() {
   "${as_owner[@]}" "$IDEMLEDGER_PG_BIN/pg_ctl" -D "$IDEMLEDGER_PG_DATA" -w -t 60 start \
@@ -59,7 +74,7 @@ export IDEMLEDGER_DLQ_SPOOL_KEY=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
 export IDEMLEDGER_DSN="$IDEMLEDGER_TEST_DSN"
 started=$(date +%s)
 # What was done when, for the timeline chart: one file per kind, one time a line.
-marks=(worker_kill relay_kill intake_kill api_outage db_restart db_crash)
+marks=(worker_kill relay_kill intake_kill api_outage db_restart db_crash db_failover)
 for m in "${marks[@]}"; do : >"$logs/marks_$m.tsv"; done
 mark() { date +%s.%N >>"$logs/marks_$1.tsv"; }
 "$bin/provider_simulator/provider_simulator" setup >/dev/null
@@ -128,6 +143,7 @@ SIM_CHAOS=1 SIM_ACK_LOG="$acks" SIM_EVENTS=$events SIM_WAIT_S=600 SIM_CONCURRENC
 provider=$!
 
 kills=0 relay_kills=0 intake_kills=0 acks_checked=0 acked_missing=0 api_outages=0 conn_kills=0 db_restarts=0 lock_holds=0
+failovers_done=0 failover_seconds=()
 tick=0
 chaos_end=$(($(date +%s) + chaos_s))
 while (($(date +%s) < chaos_end)); do
@@ -181,8 +197,16 @@ while (($(date +%s) < chaos_end)); do
     pg_start
     db_restarts=$((db_restarts + 1))
   fi
+  # Failovers spread over the chaos window; each waits for the cluster to
+  # have its standby back (synchronous again) before the primary dies.
+  if ((failovers_done < failovers && $(date +%s) >= chaos_end - chaos_s + (failovers_done + 1) * chaos_s / (failovers + 1))) &&
+    bash scripts/cluster.sh wait-healthy "$IDEMLEDGER_CLUSTER_DIR" 1 2>/dev/null; then
+    mark db_failover
+    failover_seconds+=("$(bash scripts/cluster.sh failover "$IDEMLEDGER_CLUSTER_DIR")")
+    failovers_done=$((failovers_done + 1))
+  fi
 done
-echo "chaos: stopped after ${chaos_s}s ($kills worker kills, $relay_kills relay kills, $intake_kills intake kills, $api_outages API outages, $conn_kills connection kills, $db_restarts restarts, $lock_holds lock holds); waiting for the provider"
+echo "chaos: stopped after ${chaos_s}s ($kills worker kills, $relay_kills relay kills, $intake_kills intake kills, $api_outages API outages, $conn_kills connection kills, $db_restarts restarts, $failovers_done failovers, $lock_holds lock holds); waiting for the provider"
 
 set +e
 wait "$provider"
@@ -283,9 +307,15 @@ echo "chaos soak: $events events, ${chaos_s}s of chaos, wall ${wall}s"
 row "events recorded (sent: $events_sent)" "$events_recorded"
 row "deliveries (both rounds, bad ones included)" "$(sed -n 's/^provider: round.* \([0-9]*\) deliveries.*/\1/p' "$logs/provider.log" | awk '{n += $1} END {print n}')"
 row "duplicates absorbed" "$(sed -n 's/.*duplicates absorbed *\([0-9]*\).*/\1/p' "$logs/provider.log")"
+row "deliveries refused (429/503), then redelivered" "$(sed -n 's/.*redelivered after 429\/503 *\([0-9]*\).*/\1/p' "$logs/provider.log")"
 row "workers SIGKILLed" "$kills"
 row "worker connections killed by the server" "$conn_kills"
-row "database restarts (1 crash: stop -m immediate)" "$db_restarts"
+if ((failovers > 0)); then
+  verdict "failovers (primary SIGKILLed, standby promoted, rejoined)" "$failovers_done" "$failovers"
+  row "seconds without writes, each (a client's view)" "${failover_seconds[*]:-none}"
+else
+  row "database restarts (1 crash: stop -m immediate)" "$db_restarts"
+fi
 row "hot-user lock holds (2 s)" "$lock_holds"
 row "relays SIGKILLed" "$relay_kills"
 row "intake SIGKILLed (ids acknowledged before the last kill)" "$intake_kills ($acks_checked)"
@@ -317,7 +347,7 @@ verdict "delivered but never received by the API" "$((published - received))" 0
 # A 2xx whose mark was lost (relay killed, its session killed, the database
 # restarting) is delivered again after the lease, with the same key.
 row "received twice (2xx given, then the mark lost)" "$received_twice"
-mark_losses=$(((relay_kills + conn_kills + db_restarts * 2) * relay_in_flight))
+mark_losses=$(((relay_kills + conn_kills + (db_restarts + failovers_done) * 2) * relay_in_flight))
 verdict "received twice beyond what lost marks explain" \
   "$((received_twice > mark_losses ? received_twice : 0))" 0
 if ((violations > 0)); then
