@@ -12,7 +12,14 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 dir=$(mkdir -p "$1" && cd "$1" && pwd)
 shift
-trap 'bash "$here/cluster.sh" stop "$dir"' EXIT INT TERM
+cleanup_dir=""
+if [[ $(id -u) -eq 0 ]] && id -u postgres >/dev/null 2>&1 && ! runuser -u postgres -- test -x "$dir"; then
+  # A parent directory is closed to the servers' user (a clone under /root):
+  # keep the cluster private in a temporary directory instead.
+  dir=$(mktemp -d /tmp/idemledger-cluster.XXXXXX)
+  cleanup_dir=$dir
+fi
+trap 'bash "$here/cluster.sh" stop "$dir"; [[ -z "$cleanup_dir" ]] || rm -rf "$cleanup_dir"' EXIT INT TERM
 bash "$here/cluster.sh" start "$dir"
 # shellcheck disable=SC1091
 source "$dir/cluster.env"
