@@ -319,19 +319,26 @@ std::optional<std::pair<HoldOutcome, HoldState>> parse_hold_answer(std::string_v
   return std::pair(*outcome, *state);
 }
 
-// What step `step` was answered, `reply` being apply_steps()'s row for it;
-// nullopt when the answer does not read as one for that kind of step.
-std::optional<absl::StatusOr<StepResult>> step_result(AlertSink& sink, const LedgerStep& step,
-                                                      const absl::StatusOr<std::string>& reply) {
+// True if apply_steps()'s answer `reply` reads as one for `step`'s kind (a
+// refusal always does).
+bool reply_reads(const LedgerStep& step, const absl::StatusOr<std::string>& reply) {
+  if (!reply.ok()) return true;
+  if (std::holds_alternative<PaymentEvent>(step))
+    return kApplyAnswerNames.parse(*reply).has_value();
+  return parse_hold_answer(*reply).has_value();
+}
+
+// What step `step` was answered, `reply` being apply_steps()'s row for it
+// (one reply_reads() accepted), with the alerts the single call raises.
+absl::StatusOr<StepResult> step_result(AlertSink& sink, const LedgerStep& step,
+                                       const absl::StatusOr<std::string>& reply) {
   if (const auto* event = std::get_if<PaymentEvent>(&step)) {
     if (!reply.ok()) {
       absl::StatusOr<Outcome> out = refusal_outcome(sink, event->event_id, reply.status());
       if (!out.ok()) return mark_idempotent(out.status());
       return StepResult(*out);
     }
-    const std::optional<ApplyAnswer> answer = kApplyAnswerNames.parse(*reply);
-    if (!answer) return std::nullopt;
-    return StepResult(applied_outcome(sink, *event, *answer));
+    return StepResult(applied_outcome(sink, *event, *kApplyAnswerNames.parse(*reply)));
   }
   const auto [what, id] = std::visit(
       [](const auto& s) -> std::pair<std::string_view, std::string_view> {
@@ -342,10 +349,9 @@ std::optional<absl::StatusOr<StepResult>> step_result(AlertSink& sink, const Led
         return {"", ""};  // PaymentEvent: answered above
       },
       step);
-  if (!reply.ok()) return absl::StatusOr<StepResult>(hold_step_refusal(sink, id, reply.status()));
-  const auto answer = parse_hold_answer(*reply);
-  if (!answer) return std::nullopt;
-  return StepResult(hold_step_result(sink, what, id, answer->first, answer->second));
+  if (!reply.ok()) return hold_step_refusal(sink, id, reply.status());
+  const auto [outcome, state] = *parse_hold_answer(*reply);
+  return StepResult(hold_step_result(sink, what, id, outcome, state));
 }
 
 // The metrics label of a step's asset: known for events and holds, not for
@@ -591,21 +597,21 @@ absl::StatusOr<std::vector<absl::StatusOr<StepResult>>> Ledger::process_steps(
   }
   absl::StatusOr<std::vector<absl::StatusOr<std::string>>> replies =
       internal::read_batch_reply<std::string>(*result, sent.size(), "apply_steps");
-  AlertSink& sink = alert_sink_or_default(options_.alerts);
   for (std::size_t j = 0; replies.ok() && j < sent.size(); ++j) {
-    std::optional<absl::StatusOr<StepResult>> out =
-        step_result(sink, steps[sent[j]], (*replies)[j]);
-    if (!out) {
+    if (!reply_reads(steps[sent[j]], (*replies)[j])) {
       replies = absl::InternalError(
           fmt::format("apply_steps answered step {} with \"{}\"", j + 1, *(*replies)[j]));
-      break;
     }
-    answers[sent[j]] = *std::move(out);
   }
   if (!replies.ok()) {
-    // Committed, but not readable: no step's answer can be trusted.
+    // Committed, but not readable: no step's answer can be trusted (and
+    // none is alerted).
     record(start, replies.status(), "", std::nullopt);
     return replies.status();
+  }
+  AlertSink& sink = alert_sink_or_default(options_.alerts);
+  for (std::size_t j = 0; j < sent.size(); ++j) {
+    answers[sent[j]] = step_result(sink, steps[sent[j]], (*replies)[j]);
   }
   if (options_.metrics != nullptr) {
     observe(options_.metrics->apply_duration, absl::Now() - start);

@@ -107,6 +107,7 @@ absl::Status Reconciler::finish(Connection& conn, std::string_view kind, absl::T
     }
     sink.alert({.severity = AlertSeverity::kCritical, .key = key, .message = message});
   }
+  if (report.standby_lag) return absl::OkStatus();  // a standby cannot record the run
   const std::string started_text =
       absl::FormatTime(absl::RFC3339_full, started, absl::UTCTimeZone());
   return conn
@@ -121,10 +122,27 @@ absl::Status Reconciler::finish(Connection& conn, std::string_view kind, absl::T
       .status();
 }
 
+absl::StatusOr<std::optional<absl::Duration>> standby_replay_lag(Connection& conn) {
+  absl::StatusOr<Result> r = conn.execute(
+      "SELECT CASE WHEN NOT pg_is_in_recovery() THEN NULL "
+      "WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0 "
+      "ELSE (extract(epoch FROM now() - pg_last_xact_replay_timestamp()) * 1000000)::bigint END");
+  if (!r.ok()) return r.status();
+  absl::StatusOr<Row> row = r->single_row("standby replay lag");
+  if (!row.ok()) return row.status();
+  absl::StatusOr<std::optional<std::int64_t>> us = row->get_optional<std::int64_t>(0);
+  if (!us.ok()) return us.status();
+  if (!*us) return std::optional<absl::Duration>();
+  return std::optional<absl::Duration>(absl::Microseconds(std::max<std::int64_t>(**us, 0)));
+}
+
 absl::StatusOr<ReconcileReport> Reconciler::hot_path(Connection& conn,
                                                      absl::Duration window) const {
   const absl::Time started = absl::Now();
   ReconcileReport report;
+  absl::StatusOr<std::optional<absl::Duration>> lag = standby_replay_lag(conn);
+  if (!lag.ok()) return lag.status();
+  report.standby_lag = *lag;
   {
     absl::StatusOr<Transaction> tx = Transaction::begin(conn, IsolationLevel::kRepeatableRead);
     if (!tx.ok()) return tx.status();
@@ -146,6 +164,9 @@ absl::StatusOr<ReconcileReport> Reconciler::full(Connection& conn,
   const absl::Time started = absl::Now();
   ReconcileReport report;
   report.last_user_id = after_user_id;
+  absl::StatusOr<std::optional<absl::Duration>> lag = standby_replay_lag(conn);
+  if (!lag.ok()) return lag.status();
+  report.standby_lag = *lag;
   const std::string batch_sql = options_.schema.qualify(
       "SELECT id FROM {schema}.users WHERE id > $1::bigint ORDER BY id LIMIT $2::bigint");
   Progress progress;

@@ -350,6 +350,30 @@ row "received twice (2xx given, then the mark lost)" "$received_twice"
 mark_losses=$(((relay_kills + conn_kills + (db_restarts + failovers_done) * 2) * relay_in_flight))
 verdict "received twice beyond what lost marks explain" \
   "$((received_twice > mark_losses ? received_twice : 0))" 0
+if ((failovers > 0)); then
+  # Reads off the primary: the admin CLI's read-only verbs on the standby
+  # (target_session_attrs=prefer-standby) answer what the primary answers,
+  # and say how far behind the standby was.
+  bash scripts/cluster.sh wait-healthy "$IDEMLEDGER_CLUSTER_DIR" 120 >/dev/null
+  # The liabilities are compared once the standby has replayed all the primary wrote.
+  lsn=$(sql "SELECT pg_current_wal_lsn()")
+  for _ in $(seq 1 100); do
+    [[ $(psql -X -q -t -A -d "$IDEMLEDGER_CLUSTER_STANDBY_DSN" -c "SELECT pg_is_in_recovery()
+           AND pg_last_wal_replay_lsn() >= '$lsn'::pg_lsn") == t ]] && break
+    sleep 0.1
+  done
+  admin=("$build/tools/idemledger-admin/idemledger-admin" --schema "$schema" --quiet)
+  on_standby=$("${admin[@]}" --dsn "$IDEMLEDGER_CLUSTER_STANDBY_DSN" reconcile --full 2>&1 || true)
+  verdict "reconciliation on the standby: out of balance, duplicates, assets not zero" \
+    "$(sed -n 's/.* \([0-9]*\) out of balance, \([0-9]*\) duplicate.*, \([0-9]*\) assets .*/\1 \2 \3/p' <<<"$on_standby")" "0 0 0"
+  verdict "  ... read on a standby (its replay lag, ms)" \
+    "$(grep -c '^read on a standby' <<<"$on_standby") ($(sed -n 's/^read on a standby, replay lag \([0-9]*\) ms.*/\1/p' <<<"$on_standby"))" \
+    "1 ($(sed -n 's/^read on a standby, replay lag \([0-9]*\) ms.*/\1/p' <<<"$on_standby"))"
+  primary_liabilities=$("${admin[@]}" --dsn "$IDEMLEDGER_CLUSTER_DSN" liabilities)
+  standby_liabilities=$("${admin[@]}" --dsn "$IDEMLEDGER_CLUSTER_STANDBY_DSN" liabilities | grep -v '^read on a standby')
+  verdict "liabilities per asset, standby vs primary" \
+    "$([[ "$standby_liabilities" == "$primary_liabilities" ]] && echo equal || echo different)" equal
+fi
 if ((violations > 0)); then
   echo "chaos soak: $violations VIOLATION(S)"
   exit 1

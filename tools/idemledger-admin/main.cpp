@@ -19,6 +19,11 @@
 //                                     exists settles (audited)
 //     liabilities                     per asset: what the ledger owes users, held, system accounts
 //
+// The read-only verbs (status, stats, dlq list|show, reconcile, relay
+// status|list, assets list, liabilities) also run on a standby: a DSN with
+// target_session_attrs=prefer-standby keeps them off the primary, and they
+// then end with the standby's replay lag (on stderr with --json; reconcile's
+// JSON has it as standby_replay_lag_ms).
 // DSN and schema default to $IDEMLEDGER_DSN and $IDEMLEDGER_SCHEMA; a DSN may
 // also name a service (service=NAME, ~/.pg_service.conf) and take its
 // password from ~/.pgpass or $PGPASSFILE, so none appears in `ps`. Every
@@ -377,6 +382,9 @@ int reconcile(idemledger::Connection& c, const Args& a) {
   if (a.json) {
     nlohmann::json out = {{"users_checked", r.users_checked},
                           {"accounts_checked", r.accounts_checked},
+                          {"standby_replay_lag_ms",
+                           r.standby_lag ? nlohmann::json(absl::ToInt64Milliseconds(*r.standby_lag))
+                                         : nlohmann::json()},
                           {"clean", r.clean()},
                           {"mismatches", nlohmann::json::array()},
                           {"duplicates", nlohmann::json::array()},
@@ -582,7 +590,17 @@ int main(int argc, char** argv) {
     // preparing, and they then also work through PgBouncer < 1.21.
     std::unique_ptr<idemledger::pg::Connection> c =
         must(idemledger::pg::Connection::open(a.dsn, {.prepared_statements = false}));
-    return run(*c, a);
+    // On a standby (target_session_attrs=prefer-standby keeps reads off the
+    // primary) every figure is as of its replay: say how far behind it was.
+    // A verb that writes fails there (25006) and says so.
+    const std::optional<absl::Duration> lag = must(idemledger::standby_replay_lag(*c));
+    const int code = run(*c, a);
+    if (lag) {
+      std::fprintf(a.json ? stderr : stdout,
+                   "read on a standby, replay lag %lld ms: the figures are as of then\n",
+                   static_cast<long long>(absl::ToInt64Milliseconds(*lag)));
+    }
+    return code;
   } catch (const std::exception& e) {  // nothing the library throws; JSON output could
     std::fprintf(stderr, "idemledger-admin: %s\n", printable(e.what()).c_str());
     return 2;

@@ -18,11 +18,18 @@
 // users, so its memory is bounded by the batch and the mismatches found.
 // A run is recorded in reconciliation_runs; mismatches raise a critical alert.
 //
+// On a standby (a DSN with target_session_attrs=prefer-standby keeps the
+// reads off the primary) the checks are the same, as of what the standby
+// has replayed: the report carries its replay lag at the start
+// (standby_replay_lag()), and the run is not recorded (a standby cannot
+// write; the alert still fires).
+//
 // Reconciler is thread-safe (configuration only).
 #ifndef IDEMLEDGER_OPS_RECONCILE_HPP
 #define IDEMLEDGER_OPS_RECONCILE_HPP
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -60,10 +67,19 @@ struct ReconcileReport {
   std::vector<DuplicateLedgerEntry> duplicates;
   std::vector<AssetImbalance> imbalances;  // full pass only
   std::int64_t last_user_id = 0;           // where a full pass got to: resume after it
+  // Set when read on a standby: how far behind its primary it was at the start.
+  std::optional<absl::Duration> standby_lag;
   [[nodiscard]] bool clean() const {
     return mismatches.empty() && duplicates.empty() && imbalances.empty();
   }
 };
+
+// standby_replay_lag()
+//
+// nullopt on a primary; on a standby, how far its replay is behind: zero
+// when it has replayed all the WAL it received, else the age of the last
+// transaction it replayed.
+[[nodiscard]] absl::StatusOr<std::optional<absl::Duration>> standby_replay_lag(Connection& conn);
 
 struct ReconcilerOptions {
   Schema schema = kDefaultSchema;
