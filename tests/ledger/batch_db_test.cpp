@@ -5,6 +5,7 @@
 // keep every invariant.
 #include <fmt/format.h>
 
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <random>
@@ -563,10 +564,14 @@ TEST_F(Batch, EightProcessesOverlappingBatches_NoDeadlockInvariantsHold) {
 
   std::map<int, std::map<std::string, int>> outcomes;
   for (int p = 0; p < kProcesses; ++p) {
-    std::ifstream answers(prefix + std::to_string(p));
-    int id;
-    std::string outcome;
-    while (answers >> id >> outcome) ++outcomes[id][outcome];
+    const std::string file = prefix + std::to_string(p);
+    {
+      std::ifstream answers(file);
+      int id;
+      std::string outcome;
+      while (answers >> id >> outcome) ++outcomes[id][outcome];
+    }
+    std::remove(file.c_str());
   }
   ASSERT_EQ(outcomes.size(), steps.size());
   long applied = 0;
