@@ -228,7 +228,10 @@ class Ledger {
   // HoldOutcome::kRefused (alerted, as alone). The batch's own status, the
   // lock order and the subtransaction advice are process_batch()'s; the
   // holds a batch posts or voids are locked first, by id, then its
-  // accounts, so batches never deadlock each other or a single call.
+  // accounts — the order a single post, void or expiry sweep takes — so
+  // batches never deadlock each other, nor those single calls. (A batch and
+  // a single call racing on the same new event id can: PostgreSQL then
+  // aborts one with 40P01, retryable, and the key makes the retry exact.)
   [[nodiscard]] absl::StatusOr<std::vector<absl::StatusOr<StepResult>>> process_steps(
       Connection& conn, std::span<const LedgerStep> steps) const;
 
