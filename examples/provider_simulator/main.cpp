@@ -415,14 +415,23 @@ class Provider {
     return v == "ERROR" || v == "NULL" ? -1 : std::stol(v);
   }
   // Every row of a two-column query, as a map.
+  // Like scalar(), it outlasts a restart or a failover: reconnect, ask again.
   std::map<std::string, std::string> pairs(const std::string& sql) {
-    std::map<std::string, std::string> out;
-    (void)scalar("SELECT 1");  // connected
-    absl::StatusOr<idemledger::Result> r =
-        db_ != nullptr ? db_->execute(sql) : absl::UnavailableError("no database");
-    if (!r.ok()) example::config_error(r.status().ToString());
-    for (const auto& row : r->rows) out[row[0].value_or("")] = row[1].value_or("");
-    return out;
+    absl::Status last = absl::UnavailableError("no database");
+    for (int attempt = 0; attempt < 300; ++attempt) {
+      (void)scalar("SELECT 1");  // (re)connected
+      absl::StatusOr<idemledger::Result> r =
+          db_ != nullptr ? db_->execute(sql) : absl::UnavailableError("no database");
+      if (r.ok()) {
+        std::map<std::string, std::string> out;
+        for (const auto& row : r->rows) out[row[0].value_or("")] = row[1].value_or("");
+        return out;
+      }
+      last = r.status();
+      if (!idemledger::is_retryable(last)) break;
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    example::config_error(last.ToString());
   }
   // Waits until `sql` answers "0" or the deadline passes; false if it never did.
   bool wait_for_zero(const std::string& sql, absl::Duration at_most) {

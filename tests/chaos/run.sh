@@ -227,7 +227,8 @@ done
 q() { sql "$1" | tr -d ' '; }
 events_recorded=$(q "SELECT count(*) FROM $schema.payment_events")
 # Sent: round one's events, and round two's confirmations and failures.
-events_sent=$((events + $(sed -n 's/^provider: round two: \([0-9]*\) confirmations ([0-9]* in part), \([0-9]*\) failures, \([0-9]*\) confirmations of expired.*/\1 + \2 + \3/p' "$logs/provider.log")))
+round_two=$(sed -n 's/^provider: round two: \([0-9]*\) confirmations ([0-9]* in part), \([0-9]*\) failures, \([0-9]*\) confirmations of expired.*/\1 + \2 + \3/p' "$logs/provider.log")
+events_sent=$((events + ${round_two:-0}))  # no round two: the provider failed, and says so below
 not_final=$(q "SELECT count(*) FROM $schema.payment_events WHERE status NOT IN ('confirmed','failed')")
 confirmed=$(q "SELECT count(*) FROM $schema.payment_events WHERE status = 'confirmed'")
 # The idempotency key, spelled in SQL: SHA-256 over length-prefixed fields.
