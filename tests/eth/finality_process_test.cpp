@@ -187,7 +187,7 @@ TEST_F(WorkerFinality, TheWorkerCreditsADepositOnlyOnceItsTransactionIsFinal) {
        {"IDEMLEDGER_FINALITY_RECHECK_MS", "100"},
        {"IDEMLEDGER_POLL_MS", "20"},
        {"IDEMLEDGER_WORKER_THREADS", "1"},
-       {"IDEMLEDGER_DLQ_SPOOL", ::testing::TempDir() + "/" + schema_name_ + ".spool"},
+       {"IDEMLEDGER_DLQ_SPOOL", scratch("worker.spool")},
        {"IDEMLEDGER_DLQ_SPOOL_KEY", std::string(32, 'k')}},
       "worker started");
   const auto status = [&] {

@@ -504,7 +504,7 @@ TEST_F(Batch, EightProcessesOverlappingBatches_NoDeadlockInvariantsHold) {
     return count("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()");
   };
   const long deadlocks_before = deadlocks_so_far();
-  const std::string prefix = ::testing::TempDir() + "/batch_" + schema_name_ + "_";
+  const std::string prefix = scratch("batch_");
   const LedgerOptions opts = options();
   const std::vector<int> codes = run_forked(kProcesses, [&](int p) {
     std::unique_ptr<pg::Connection> c = connect();
@@ -564,14 +564,10 @@ TEST_F(Batch, EightProcessesOverlappingBatches_NoDeadlockInvariantsHold) {
 
   std::map<int, std::map<std::string, int>> outcomes;
   for (int p = 0; p < kProcesses; ++p) {
-    const std::string file = prefix + std::to_string(p);
-    {
-      std::ifstream answers(file);
-      int id;
-      std::string outcome;
-      while (answers >> id >> outcome) ++outcomes[id][outcome];
-    }
-    std::remove(file.c_str());
+    std::ifstream answers(prefix + std::to_string(p));
+    int id;
+    std::string outcome;
+    while (answers >> id >> outcome) ++outcomes[id][outcome];
   }
   ASSERT_EQ(outcomes.size(), steps.size());
   long applied = 0;

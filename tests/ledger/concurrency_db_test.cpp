@@ -104,12 +104,12 @@ TEST_F(Concurrency, EightProcessesRandomEventsWithDuplicates_InvariantsHold) {
   }
   for (auto& d : deliveries) std::shuffle(d.begin(), d.end(), rng);
 
-  const std::string dir = ::testing::TempDir();
+  const std::string prefix = scratch("outcomes_");
   const LedgerOptions opts = options();
   const std::vector<int> codes = run_forked(kProcesses, [&](int p) {
     std::unique_ptr<pg::Connection> c = connect();
     Ledger ledger(opts);
-    std::ofstream out(dir + "/outcomes_" + schema_name_ + "_" + std::to_string(p));
+    std::ofstream out(prefix + std::to_string(p));
     for (int id : deliveries[p]) {
       const PaymentEvent& e = events[id];
       absl::StatusOr<Outcome> r = with_retries(kPatient, [&] {
@@ -124,7 +124,7 @@ TEST_F(Concurrency, EightProcessesRandomEventsWithDuplicates_InvariantsHold) {
 
   std::map<int, std::map<std::string, int>> outcomes;  // event -> outcome -> count
   for (int p = 0; p < kProcesses; ++p) {
-    std::ifstream in(dir + "/outcomes_" + schema_name_ + "_" + std::to_string(p));
+    std::ifstream in(prefix + std::to_string(p));
     int id;
     std::string outcome;
     while (in >> id >> outcome) ++outcomes[id][outcome];

@@ -80,7 +80,7 @@ TEST_F(HoldRace, PostVoidAndExpiryFromEightProcesses_OneTerminalStateEach) {
   }
   ASSERT_LT(absl::Now(), t0) << "setup outran the race; the rounds would start late";
 
-  const std::string prefix = ::testing::TempDir() + "/hold_race_" + schema_name_ + "_";
+  const std::string prefix = scratch("hold_race_");
   const LedgerOptions opts = options();
   std::vector<int> codes = run_forked(kProcesses, [&](int p) {
     std::unique_ptr<pg::Connection> c = connect();
@@ -176,7 +176,7 @@ TEST_F(HoldRace, DuplicatesOfANewHoldFromEightProcesses_AllAnswered) {
   constexpr int kRounds = 200, kProcesses = 8, kUsers = 20;
   for (int u = 1; u <= kUsers; ++u) open_account(u, "1000");
   const absl::Time t0 = absl::Now() + absl::Milliseconds(1500);  // after the forks connect
-  const std::string prefix = ::testing::TempDir() + "/dup_holds_" + schema_name_ + "_";
+  const std::string prefix = scratch("dup_holds_");
   const std::vector<int> codes = run_forked(kProcesses, [&](int p) {
     std::unique_ptr<pg::Connection> c = connect();
     const Ledger ledger(options());
@@ -286,7 +286,7 @@ TEST_F(HoldRace, RandomStepsOverThreeAssetsWithDuplicates_EveryAccountExact) {
   const LedgerOptions opts = options();
   const auto run_phase = [&](const std::vector<Step>& steps, const std::string& name) {
     const std::vector<std::vector<std::size_t>> plan = deal(steps);
-    const std::string prefix = ::testing::TempDir() + "/" + name + "_" + schema_name_ + "_";
+    const std::string prefix = scratch(name + "_");
     const std::vector<int> codes = run_forked(kProcesses, [&](int p) {
       std::unique_ptr<pg::Connection> c = connect();
       const Ledger ledger(opts);

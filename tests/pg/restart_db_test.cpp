@@ -68,8 +68,7 @@ TEST_F(ServerRestart, PoolReconnectsAndRetriedDepositAppliesOnce) {
 // The database is down while a dead letter is written: it lands in the spool,
 // and after the restart it is drained into the table once.
 TEST_F(ServerRestart, DatabaseStoppedDuringDeadLetterWrite_SpooledThenDrainedOnce) {
-  const std::string spool = ::testing::TempDir() + "/restart_" + schema_name_ + ".spool";
-  std::remove(spool.c_str());
+  const std::string spool = scratch("restart.spool");
   DeadLetterQueue dlq(
       {.schema = schema_, .spool_path = spool, .spool_key = kTestSpoolKey, .alerts = &alerts_});
   const DeadLetter letter{.event_id = "e1",
@@ -88,7 +87,6 @@ TEST_F(ServerRestart, DatabaseStoppedDuringDeadLetterWrite_SpooledThenDrainedOnc
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.dead_letter_queue WHERE event_id = 'e1' AND "
                   "spool_id IS NOT NULL"),
             1);
-  std::remove(spool.c_str());
 }
 
 }  // namespace

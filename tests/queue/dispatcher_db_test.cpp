@@ -4,7 +4,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -328,8 +327,7 @@ TEST_F(DispatcherTest, SessionLostMidProcess_FailureSpooledAndEventRecovered) {
   IDEMLEDGER_NEEDS_OWN_SESSION("pg_terminate_backend of the worker's backend");
   open_account(1, "0");
   record_pending(1, "3");
-  const std::string spool = ::testing::TempDir() + "/dispatch_" + schema_name_ + ".spool";
-  std::remove(spool.c_str());
+  const std::string spool = scratch("dispatch.spool");
   DeadLetterQueue dlq(
       {.schema = schema_, .spool_path = spool, .spool_key = kTestSpoolKey, .alerts = &alerts_});
   Dispatcher d(*ledger_,
@@ -352,7 +350,6 @@ TEST_F(DispatcherTest, SessionLostMidProcess_FailureSpooledAndEventRecovered) {
   EXPECT_EQ(*d.run_once(*conn_), 1);
   EXPECT_EQ(status_of("q_0"), "confirmed");
   EXPECT_EQ(balance(1), "3");
-  std::remove(spool.c_str());
 }
 
 // kill -9 of a worker that holds claims, some already applied: after lease

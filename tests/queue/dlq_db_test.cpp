@@ -21,15 +21,8 @@ class Dlq : public LedgerTest {
  protected:
   void SetUp() override {
     LedgerTest::SetUp();
-    spool_path_ = ::testing::TempDir() + "/dlq_" + schema_name_ + ".spool";
+    spool_path_ = scratch("dlq.spool");
     quarantine_path_ = spool_path_ + ".quarantine";
-    std::filesystem::remove(spool_path_);
-    std::filesystem::remove(quarantine_path_);
-  }
-  void TearDown() override {
-    std::filesystem::remove(spool_path_);
-    std::filesystem::remove(quarantine_path_);
-    LedgerTest::TearDown();
   }
   DeadLetterQueue queue(std::string spool_path = "", std::string key = kTestSpoolKey) {
     return DeadLetterQueue({.schema = schema_,

@@ -204,13 +204,12 @@ TEST_F(HttpIntake, MetricsFollowTheEventsThroughIntakeAndWorker) {
   EXPECT_EQ(s["idemledger_queue_events{status=\"pending\"}"], "20");
   EXPECT_EQ(s["idemledger_metrics_database_up"], "1");
 
-  ServiceProcess worker(
-      IDEMLEDGER_OUTBOX_WORKER_BINARY, schema_,
-      {{"IDEMLEDGER_METRICS_PORT", "0"},
-       {"IDEMLEDGER_POLL_MS", "20"},
-       {"IDEMLEDGER_DLQ_SPOOL", ::testing::TempDir() + "/" + schema_name_ + ".spool"},
-       {"IDEMLEDGER_DLQ_SPOOL_KEY", std::string(32, 'k')}},
-      "metrics listening");
+  ServiceProcess worker(IDEMLEDGER_OUTBOX_WORKER_BINARY, schema_,
+                        {{"IDEMLEDGER_METRICS_PORT", "0"},
+                         {"IDEMLEDGER_POLL_MS", "20"},
+                         {"IDEMLEDGER_DLQ_SPOOL", scratch("worker.spool")},
+                         {"IDEMLEDGER_DLQ_SPOOL_KEY", std::string(32, 'k')}},
+                        "metrics listening");
   ASSERT_GT(worker.port(), 0);
   // Counters move just after each commit, so wait on the scrape itself.
   const absl::Time deadline = absl::Now() + absl::Seconds(20);
@@ -271,12 +270,11 @@ TEST_F(HttpIntake, AssetsAndWithdrawalStepsThroughIntakeAndWorker) {
     EXPECT_EQ(send(b).first, 200) << b;
   }
 
-  ServiceProcess worker(
-      IDEMLEDGER_OUTBOX_WORKER_BINARY, schema_,
-      {{"IDEMLEDGER_POLL_MS", "20"},
-       {"IDEMLEDGER_DLQ_SPOOL", ::testing::TempDir() + "/" + schema_name_ + ".spool"},
-       {"IDEMLEDGER_DLQ_SPOOL_KEY", std::string(32, 'k')}},
-      "worker started");
+  ServiceProcess worker(IDEMLEDGER_OUTBOX_WORKER_BINARY, schema_,
+                        {{"IDEMLEDGER_POLL_MS", "20"},
+                         {"IDEMLEDGER_DLQ_SPOOL", scratch("worker.spool")},
+                         {"IDEMLEDGER_DLQ_SPOOL_KEY", std::string(32, 'k')}},
+                        "worker started");
   const auto wait_for = [&](const std::string& sql, const std::string& want) {
     const absl::Time deadline = absl::Now() + absl::Seconds(20);
     std::string got;

@@ -5,7 +5,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -24,16 +23,7 @@ class WorkerSpool : public LedgerTest {
  protected:
   void SetUp() override {
     LedgerTest::SetUp();
-    spool_ = ::testing::TempDir() + "/worker_" + schema_name_ + ".spool";
-    for (const std::string& p : {spool_, spool_ + ".quarantine", spool_ + ".target"}) {
-      std::filesystem::remove(p);
-    }
-  }
-  void TearDown() override {
-    for (const std::string& p : {spool_, spool_ + ".quarantine", spool_ + ".target"}) {
-      std::filesystem::remove(p);
-    }
-    LedgerTest::TearDown();
+    spool_ = scratch("worker.spool");
   }
   static std::string read(const std::string& path) {
     std::ifstream in(path);

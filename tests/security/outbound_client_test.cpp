@@ -13,7 +13,9 @@
 #include <boost/asio/ssl.hpp>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <system_error>
 #include <thread>
 
 #include "examples/common/http_client.hpp"
@@ -134,6 +136,13 @@ struct TestCert {
         names + " -keyout " + key + " -out " + cert + " >/dev/null 2>&1";
     EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   }
+  ~TestCert() {
+    std::error_code ec;  // best effort: a leftover is harmless, a throw is not
+    std::filesystem::remove(cert, ec);
+    std::filesystem::remove(key, ec);
+  }
+  TestCert(const TestCert&) = delete;
+  TestCert& operator=(const TestCert&) = delete;
 };
 
 // Serves one TLS connection: answers 200 "secure" to one request.

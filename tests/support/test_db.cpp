@@ -5,7 +5,9 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <filesystem>
 #include <random>
+#include <system_error>
 
 #include "idemledger/ledger/migrate.hpp"
 #include "idemledger/ops/partitioning.hpp"
@@ -92,6 +94,23 @@ void LedgerTest::TearDown() {
   if (conn_ != nullptr && !conn_->is_broken()) {
     (void)conn_->execute("DROP SCHEMA " + schema_name_ + " CASCADE");
   }
+  if (!scratch_dir_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(scratch_dir_, ec);
+    EXPECT_FALSE(ec) << "removing " << scratch_dir_ << ": " << ec.message();
+  }
+}
+
+std::string LedgerTest::scratch(std::string_view name) {
+  if (scratch_dir_.empty()) {
+    // The schema name is unique per test run, so the directory is too.
+    const std::string dir = ::testing::TempDir() + "/" + schema_name_;
+    std::error_code ec;
+    std::filesystem::create_directory(dir, ec);
+    EXPECT_FALSE(ec) << "creating " << dir << ": " << ec.message();
+    scratch_dir_ = dir;
+  }
+  return scratch_dir_ + "/" + std::string(name);
 }
 
 LedgerOptions LedgerTest::options(LedgerOptions base) const {

@@ -102,12 +102,20 @@ class LedgerTest : public ::testing::Test {
   static PaymentEvent event(std::string id, EventType type, std::int64_t user,
                             std::string_view amount);
 
+  // A path for a file the test (or its forked children, or a service it
+  // starts) writes: `name` inside a directory of the test's own, created on
+  // first use and removed with everything in it by TearDown.
+  std::string scratch(std::string_view name);
+
   // The test's own schema, "t_<pid>_<n>_<random>".
   Schema schema_ = kDefaultSchema;
   std::string schema_name_;  // schema_.name(), for building SQL text
   std::unique_ptr<pg::Connection> conn_;
   RecordingAlertSink alerts_;
   std::unique_ptr<Ledger> ledger_;
+
+ private:
+  std::string scratch_dir_;  // empty until scratch() is first called
 };
 
 // A unique schema name for one test: "t_<pid>_<n>_<random>".
