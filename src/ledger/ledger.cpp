@@ -278,11 +278,10 @@ struct StepArrays {
   }
 
  private:
-  template <typename Id, typename User, typename Amt, typename Key, typename Fp, typename Fee,
-            typename Exp, typename Hold>
-  void add_row(const Id& id, std::string_view type, const User& user,
-               const std::optional<AssetCode>& asset, const Amt& amount, const Key& key,
-               const Fp& fingerprint, const Fee& fee, const Exp& expires, const Hold& hold_id) {
+  // One element per array; std::nullopt where the step has no such field.
+  void add_row(const auto& id, std::string_view type, const auto& user,
+               const std::optional<AssetCode>& asset, const auto& amount, const auto& key,
+               const auto& fingerprint, const auto& fee, const auto& expires, const auto& hold_id) {
     ids.add(id);
     types.add(type);
     users.add(user);

@@ -17,6 +17,16 @@ std::string with_users(std::string_view sql, std::string_view users_sql, const S
   return s;
 }
 
+// An empty report that knows whether it is read on a standby, and how far
+// behind that standby's replay is.
+absl::StatusOr<ReconcileReport> new_report(Connection& conn) {
+  absl::StatusOr<std::optional<absl::Duration>> lag = standby_replay_lag(conn);
+  if (!lag.ok()) return lag.status();
+  ReconcileReport report;
+  report.standby_lag = *lag;
+  return report;
+}
+
 }  // namespace
 
 Reconciler::Reconciler(ReconcilerOptions options) : options_(std::move(options)) {}
@@ -139,10 +149,9 @@ absl::StatusOr<std::optional<absl::Duration>> standby_replay_lag(Connection& con
 absl::StatusOr<ReconcileReport> Reconciler::hot_path(Connection& conn,
                                                      absl::Duration window) const {
   const absl::Time started = absl::Now();
-  ReconcileReport report;
-  absl::StatusOr<std::optional<absl::Duration>> lag = standby_replay_lag(conn);
-  if (!lag.ok()) return lag.status();
-  report.standby_lag = *lag;
+  absl::StatusOr<ReconcileReport> report_or = new_report(conn);
+  if (!report_or.ok()) return report_or.status();
+  ReconcileReport& report = *report_or;
   {
     absl::StatusOr<Transaction> tx = Transaction::begin(conn, IsolationLevel::kRepeatableRead);
     if (!tx.ok()) return tx.status();
@@ -156,17 +165,16 @@ absl::StatusOr<ReconcileReport> Reconciler::hot_path(Connection& conn,
     if (absl::Status s = tx->commit(); !s.ok()) return s;
   }
   if (absl::Status s = finish(conn, "hot", started, report); !s.ok()) return s;
-  return report;
+  return report_or;
 }
 
 absl::StatusOr<ReconcileReport> Reconciler::full(Connection& conn,
                                                  std::int64_t after_user_id) const {
   const absl::Time started = absl::Now();
-  ReconcileReport report;
+  absl::StatusOr<ReconcileReport> report_or = new_report(conn);
+  if (!report_or.ok()) return report_or.status();
+  ReconcileReport& report = *report_or;
   report.last_user_id = after_user_id;
-  absl::StatusOr<std::optional<absl::Duration>> lag = standby_replay_lag(conn);
-  if (!lag.ok()) return lag.status();
-  report.standby_lag = *lag;
   const std::string batch_sql = options_.schema.qualify(
       "SELECT id FROM {schema}.users WHERE id > $1::bigint ORDER BY id LIMIT $2::bigint");
   Progress progress;
@@ -194,7 +202,7 @@ absl::StatusOr<ReconcileReport> Reconciler::full(Connection& conn,
   }
   if (absl::Status s = find_imbalances(conn, report); !s.ok()) return s;
   if (absl::Status s = finish(conn, "full", started, report); !s.ok()) return s;
-  return report;
+  return report_or;
 }
 
 }  // namespace idemledger
