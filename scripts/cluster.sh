@@ -86,13 +86,14 @@ group_of() {
 
 case $cmd in
   start)
-    # shellcheck source=scripts/free-port.sh
-    source "$(dirname "${BASH_SOURCE[0]}")/free-port.sh"
+    # shellcheck source=scripts/server-common.sh
+    source "$(dirname "${BASH_SOURCE[0]}")/server-common.sh"
     rm -rf "${dir:?}"/{monitor,node1,node2,config,share,run} "$dir"/*.log
     mkdir -p "$dir/run"
     [[ $(id -u) -eq 0 ]] && chown -R postgres: "$dir"
     mkdir -p /var/run/postgresql && [[ $(id -u) -eq 0 ]] && chown postgres: /var/run/postgresql
-    mport=$(pick_port) p1=$(pick_port) p2=$(pick_port)
+    ports=$(pick_ports 3) || exit 1
+    read -r mport p1 p2 <<<"$ports"
     common=(--pgctl "$pg_bin/pg_ctl" --hostname 127.0.0.1 --auth trust --no-ssl)
     run pg_autoctl create monitor "${common[@]}" --pgdata "$dir/monitor" --pgport "$mport" \
       >"$dir/create.log" 2>&1 || { cat "$dir/create.log" >&2; exit 1; }

@@ -12,13 +12,10 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 dir=$(mkdir -p "$1" && cd "$1" && pwd)
 shift
-cleanup_dir=""
-if [[ $(id -u) -eq 0 ]] && id -u postgres >/dev/null 2>&1 && ! runuser -u postgres -- test -x "$dir"; then
-  # A parent directory is closed to the servers' user (a clone under /root):
-  # keep the cluster private in a temporary directory instead.
-  dir=$(mktemp -d /tmp/idemledger-cluster.XXXXXX)
-  cleanup_dir=$dir
-fi
+# shellcheck source=scripts/server-common.sh
+source "$here/server-common.sh"
+private_dir_for "$dir" cluster
+dir=$private_dir cleanup_dir=$private_tmp_dir
 trap 'bash "$here/cluster.sh" stop "$dir"; [[ -z "$cleanup_dir" ]] || rm -rf "$cleanup_dir"' EXIT INT TERM
 bash "$here/cluster.sh" start "$dir"
 # shellcheck disable=SC1091

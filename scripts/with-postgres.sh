@@ -25,21 +25,19 @@ if [[ $(id -u) -eq 0 ]]; then
   as_owner=(runuser -u postgres --)
 fi
 
+# shellcheck source=scripts/server-common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/server-common.sh"
+
 rm -rf "$root_dir"
-mkdir -p "$root_dir/sock"
-if [[ $(id -u) -eq 0 ]] && ! runuser -u postgres -- test -x "$root_dir"; then
-  # A parent directory is closed to the server's user (a clone under /root):
-  # keep the cluster private in a temporary directory instead.
-  rm -rf "$root_dir"
-  root_dir=$(mktemp -d /tmp/idemledger-pg.XXXXXX)
-  mkdir -p "$root_dir/sock"
-  cleanup_dir=$root_dir
+mkdir -p "$root_dir"
+private_dir_for "$root_dir" pg
+if [[ -n $private_tmp_dir ]]; then
+  rmdir "$root_dir"
+  root_dir=$private_dir cleanup_dir=$private_tmp_dir
 fi
+mkdir -p "$root_dir/sock"
 [[ $(id -u) -eq 0 ]] && chown -R postgres: "$root_dir"
 chmod 755 "$root_dir"
-
-# shellcheck source=scripts/free-port.sh
-source "$(dirname "${BASH_SOURCE[0]}")/free-port.sh"
 
 "${as_owner[@]}" "$pg_bin/initdb" -D "$root_dir/data" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >"$root_dir/initdb.log" 2>&1 \
   || { cat "$root_dir/initdb.log" >&2; exit 1; }
