@@ -156,7 +156,14 @@ ENV
         -c "CREATE TABLE IF NOT EXISTS public.failover_probe (at timestamptz); INSERT INTO public.failover_probe VALUES (now())" \
         >/dev/null 2>&1; then
         awk -v ns=$(($(date +%s%N) - start)) 'BEGIN {printf "%.1f\n", ns / 1e9}'
-        keeper "$old"  # rejoins as the standby
+        # The machine comes back. Its postgres died mid-write, so pg_rewind
+        # must first run crash recovery, in single-user mode, which refuses
+        # to start once pg_autoctl has written standby.signal; pg_autoctl
+        # then clones the whole node with pg_basebackup instead (a minute
+        # here, hours for a large one). So the recovery runs first, here:
+        # single-user mode opens no listener, nobody can write to it.
+        run "$pg_bin/postgres" --single -F -D "$dir/$old" template1 </dev/null >>"$dir/$old.log" 2>&1 || true
+        keeper "$old"  # rejoins as the standby, by pg_rewind
         exit 0
       fi
       sleep 0.1
