@@ -263,6 +263,70 @@ TEST_F(Batch, CreditsToUndebitedAccountsSkipTheProcedure) {
   expect_reconciled();
 }
 
+// A worker's claimed credits take the same set-based path: claimed in one
+// statement, in claim order; applied without apply_event(), each event settled
+// enqueued -> confirmed. A claimed event whose record disagrees with its step
+// is left out of it and answered as alone: a conflicting replay.
+TEST_F(Batch, ClaimedCreditsAreSetBasedAndSettled) {
+  IDEMLEDGER_NEEDS_OWN_SESSION("function statistics are per session");
+  for (int u = 1; u <= 4; ++u) open_account(u, "10");
+  exec("SET track_functions = 'pl'");
+  std::vector<PaymentEvent> claimed;
+  std::string order;
+  for (int i = 0; i < 20; ++i) {
+    claimed.push_back(in("c" + std::to_string(i), EventType::kDeposit, 1 + i % 4, "2"));
+    record_event(claimed.back(), "pending");
+    order += (i == 0 ? "" : ",") + claimed.back().event_id;
+  }
+  EXPECT_EQ(scalar("SELECT string_agg(c.event_id, ',' ORDER BY c.ordinality) "
+                   "FROM {schema}.claim_events(50, 60000) WITH ORDINALITY AS c"),
+            order);
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events "
+                  "WHERE status = 'enqueued' AND lease_until > now()"),
+            20);
+  const auto apply_event_calls = [&] {
+    exec("SELECT pg_stat_force_next_flush()");
+    exec("SELECT 1");  // a transaction end flushes the counts
+    exec("SELECT pg_stat_clear_snapshot()");
+    return scalar("SELECT calls FROM pg_stat_user_functions WHERE schemaname = '" + schema_name_ +
+                  "' AND funcname = 'apply_event'");
+  };
+
+  absl::StatusOr<std::vector<absl::StatusOr<Outcome>>> r = ledger_->process_batch(*conn_, claimed);
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (std::size_t i = 0; i < claimed.size(); ++i) EXPECT_EQ(word((*r)[i]), "applied") << i;
+  EXPECT_EQ(apply_event_calls(), "NULL") << "no event went one by one";
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events "
+                  "WHERE status = 'confirmed' AND retry_count = 0"),
+            20);
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events"), 20) << "no second row";
+  EXPECT_EQ(balance(1), "20");
+  EXPECT_EQ(balance(4), "20");
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events WHERE source_event_id <> "
+                  "'v1-opening'"),
+            20);
+  EXPECT_EQ(scalar("SELECT sum(amount)::text FROM {schema}.system_entries"),
+            "-40.000000000000000000");
+
+  // m1 was recorded as 4, and its step says 3.
+  record_event(in("m1", EventType::kDeposit, 1, "4"), "pending");
+  record_event(in("m2", EventType::kDeposit, 2, "1"), "pending");
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.claim_events(50, 60000)"), 2);
+  const std::vector<PaymentEvent> mismatched = {in("m1", EventType::kDeposit, 1, "3"),
+                                                in("m2", EventType::kDeposit, 2, "1")};
+  r = ledger_->process_batch(*conn_, mismatched);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_FALSE((*r)[0].ok());
+  EXPECT_THAT((*r)[0].status().message(), HasSubstr("conflicting replay"));
+  EXPECT_EQ(word((*r)[1]), "applied");
+  EXPECT_EQ(scalar("SELECT status FROM {schema}.payment_events WHERE event_id = 'm1'"), "enqueued");
+  EXPECT_EQ(scalar("SELECT status FROM {schema}.payment_events WHERE event_id = 'm2'"),
+            "confirmed");
+  EXPECT_EQ(balance(1), "20");
+  EXPECT_EQ(balance(2), "21");
+  expect_reconciled();
+}
+
 // Metrics count each event of a batch; the latency is one observation per call.
 TEST_F(Batch, MetricsCountEveryEventAndTimeTheCallOnce) {
   open_account(1, "1");
