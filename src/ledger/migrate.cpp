@@ -113,11 +113,6 @@ const std::vector<Migration>& migrations() {
        {
 #include "src/ledger/migrations/0017_batch_hold_steps.inc"
        }},
-      {18,
-       "set_based_queued_path",
-       {
-#include "src/ledger/migrations/0018_set_based_queued_path.inc"
-       }},
   };
   return all;
 }

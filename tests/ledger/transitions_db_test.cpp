@@ -1,6 +1,3 @@
-#include <string>
-
-#include "idemledger/core/params.hpp"
 #include "idemledger/core/status.hpp"
 #include "idemledger/ledger/transitions.hpp"
 #include "tests/support/test_db.hpp"
@@ -66,36 +63,6 @@ TEST_F(Transition, InvalidEdgeRefusedByLibraryAndByDatabase) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(sqlstate(r.status()), "IL010");
   EXPECT_EQ(status(), "pending");
-}
-
-// The set-based writer moves every listed event that is in `from`, says how
-// many, refuses an edge the table lacks, and takes an operator edge only
-// when asked as the operator.
-TEST_F(Transition, ManyAtOnceMovesThoseInFromAndCountsThem) {
-  record_event(event("e2", EventType::kDeposit, 1, "1"), "pending");
-  record_event(event("e3", EventType::kDeposit, 1, "1"), "failed");
-  const auto move = [&](const std::string& ids, const std::string& from, const std::string& to,
-                        const std::string& operator_flag = "false") {
-    return conn_->execute(schema_.qualify("SELECT {schema}.transition_events($1::text[], $2, $3, "
-                                          "$4::boolean)"),
-                          Params(ids, from, to, operator_flag));
-  };
-  absl::StatusOr<Result> r = move("{e1,e2,e3,nope}", "pending", "enqueued");
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->at(0, 0).value_or(""), "2");
-  EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE status = 'enqueued'"), 2);
-  r = move("{e1,e2}", "pending", "confirmed");
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(sqlstate(r.status()), "IL010");
-  r = move("{e3}", "failed", "pending");
-  ASSERT_FALSE(r.ok()) << "failed -> pending is the operator's";
-  EXPECT_EQ(sqlstate(r.status()), "IL010");
-  r = move("{e3}", "failed", "pending", "true");
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->at(0, 0).value_or(""), "1");
-  r = move("{}", "enqueued", "confirmed");
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->at(0, 0).value_or(""), "0");
 }
 
 }  // namespace
