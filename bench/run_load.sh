@@ -13,13 +13,17 @@
 # batches (process_batch, 100 deposits per call; and mixed: 30% withdrawals,
 # 10% replays) per event against the seed and the single loop, two-phase
 # withdrawals (hold, then post: two transactions) per second,
-# and the driver's own CPU per operation (getrusage; pgbench's is not ours).
+# and the driver's own CPU per operation (getrusage), beside pgbench's own
+# CPU per transaction of the floor: what one round trip and one commit cost a
+# libpq client that does nothing else, the floor of that figure.
 # Then, on the same server, the whole service (webhook_intake + 2 outbox_worker
 # processes, 16 provider senders, SIM_EVENTS events), twice: deposits only
 # (what the bare loop measures) and the demo's mix; webhook -> confirmed
 # events/s and time-to-confirm next to the bare process_deposit figure, and
 # where the CPU goes per event (each service's own getrusage, logged at its
 # stop; the server's from /proc) with intake's and a worker's peak RSS.
+# Last, the queue alone: a backlog of recorded deposits drained by the same
+# 2 workers, events/s beside the bare loop (no HTTP, no provider).
 # In the first round it also runs the three deposit workloads at 1 client and
 # the seed at 16, and then draws build/bench-results/throughput_vs_clients.svg
 # and latency.svg with gnuplot (scripts/plot.sh), beside the data they show.
@@ -66,6 +70,22 @@ run_pgbench() {
   case $name in one_statement | seed_sequence) awk '{print $3}' "$work/all" | sort -n >"$results/latency_$name.txt" ;; esac
 }
 
+# pgbench_cpu NAME DB ARGS...: pgbench's own CPU (user + system, from the
+# shell's `times`) per transaction, in a run without its per-transaction log;
+# appends "NAME - - - cpu_us" to results.
+pgbench_cpu() {
+  local name=$1 db=$2 out
+  shift 2
+  out=$( ("$pgbench" -n -M prepared -c "$clients" -j 2 -T "$seconds" "${conn[@]}" "$@" "$db" 2>&1; times)) \
+    || { echo "$out" >&2; exit 1; }
+  awk -v name="$name" '
+    function seconds(t) { split(t, p, "m"); return p[1] * 60 + substr(p[2], 1, length(p[2]) - 1) }
+    /^number of transactions actually processed:/ {n = $NF}
+    {last = $0}
+    END {split(last, c, " "); printf "%s - - - %.1f\n", name, (seconds(c[1]) + seconds(c[2])) * 1e6 / n}' \
+    <<<"$out" >>"$work/results"
+}
+
 reset_seed() { "${psql[@]}" -d seedref -v hist=100000 -f "$ref/seed_reset.sql" >/dev/null 2>&1; "${psql[@]}" -d seedref -c "VACUUM ANALYZE" -c "CHECKPOINT"; }
 
 for round in $(seq 1 "$rounds"); do
@@ -110,6 +130,8 @@ for round in $(seq 1 "$rounds"); do
     clients=1 run_pgbench seed_sequence_c1 seedref -f "$ref/seed_sequence.sql"
     reset_seed
     clients=16 run_pgbench seed_sequence_c16 seedref -f "$ref/seed_sequence.sql"
+    reset_seed
+    pgbench_cpu one_statement_cpu seedref -f "$ref/one_statement.sql"
   fi
 done
 
@@ -118,7 +140,7 @@ median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 declare -A tps p50 p99 cpu
 workloads=(idemledger idemledger_metrics idemledger_partitioned seed_sequence one_statement simple_update)
 for w in "${workloads[@]}" batch100 batch100_mixed hold_post hold_post_batch60 idemledger_c16 one_statement_c16 idemledger_c1 \
-  one_statement_c1 seed_sequence_c1 seed_sequence_c16; do
+  one_statement_c1 seed_sequence_c1 seed_sequence_c16 one_statement_cpu; do
   tps[$w]=$(awk -v w="$w" '$1==w {print $2}' "$work/results" | median)
   p50[$w]=$(awk -v w="$w" '$1==w {print $3}' "$work/results" | median)
   p99[$w]=$(awk -v w="$w" '$1==w {print $4}' "$work/results" | median)
@@ -190,6 +212,7 @@ printf '%-40s %10s\n' "hold + post (per pair)" "${cpu[hold_post]}"
 printf '%-40s %10s\n' "  ... 30 pairs per process_steps" "${cpu[hold_post_batch60]}"
 printf '%-40s %10s\n' "process_batch of 100 (per event)" "${cpu[batch100]}"
 printf '%-40s %10s\n' "  ... mixed (per event)" "${cpu[batch100_mixed]}"
+printf '%-40s %10s\n' "yardstick: pgbench, floor, $clients clients" "${cpu[one_statement_cpu]}"
 
 # The server's CPU so far (ms): the postmaster, the children it reaped (the
 # services' sessions, once they close) and the children alive now.
@@ -203,10 +226,10 @@ pg_cpu_ms() {
 # usage LOG...: "cpu_ms peak_rss_kb" over the services whose logs are given
 # (each logs its own at its stop: the sum of CPU, the largest peak).
 usage() {
-  local logs=()
-  for f in "$@"; do if [[ -f "$f" ]]; then logs+=("$f"); fi; done
-  ((${#logs[@]} > 0)) || { echo "0 0"; return; }
-  sed -n 's/.*"usage":{"cpu_ms":\([0-9]*\),"max_rss_kb":\([0-9]*\)}.*/\1 \2/p' "${logs[@]}" \
+  local present=()
+  for f in "$@"; do if [[ -f "$f" ]]; then present+=("$f"); fi; done
+  ((${#present[@]} > 0)) || { echo "0 0"; return; }
+  sed -n 's/.*"usage":{"cpu_ms":\([0-9]*\),"max_rss_kb":\([0-9]*\)}.*/\1 \2/p' "${present[@]}" \
     | awk '{c += $1; if ($2 > m) m = $2} END {printf "%d %d\n", c, m}'
 }
 # run_service NAME [VAR=VALUE...]: the whole service once on a fresh schema
@@ -274,3 +297,36 @@ printf '%-40s %10s %10s\n' "2 cores at the measured rate" \
   "$((2000000 / svc[deposits_tps]))" "$((2000000 / svc[mix_tps]))"
 printf '%-40s %10s %10s\n' "peak RSS MiB: webhook_intake" "${svc[deposits_intake_rss]}" "${svc[mix_intake_rss]}"
 printf '%-40s %10s %10s\n' "peak RSS MiB: an outbox_worker" "${svc[deposits_worker_rss]}" "${svc[mix_worker_rss]}"
+
+# The queue alone: DRAIN_EVENTS deposits recorded as intake records them
+# (pending), then 2 outbox_workers start (as in the service runs) and drain
+# them; events/s from the workers' start until every one is confirmed. No
+# HTTP, no provider: the worker path's own ceiling beside the bare loop's.
+drain_rates=()
+for round in 1 2 3; do
+  "${psql[@]}" -d postgres -c "DROP SCHEMA IF EXISTS demo CASCADE" >/dev/null 2>&1
+  IDEMLEDGER_DSN="$IDEMLEDGER_TEST_DSN" IDEMLEDGER_SCHEMA=demo IDEMLEDGER_WEBHOOK_SECRET=unused \
+    build/examples/provider_simulator/provider_simulator setup >/dev/null
+  "${psql[@]}" -d postgres -c "INSERT INTO demo.payment_events (event_id, user_id, amount, event_type, status, asset)
+        SELECT 'b' || g, 1 + g % 200, 1.5, 'deposit', 'pending', 'ETH' FROM generate_series(1, ${DRAIN_EVENTS:=20000}) g" \
+    -c "VACUUM ANALYZE demo.payment_events" -c "CHECKPOINT" >/dev/null
+  drain_pids=()
+  t0=$(date +%s%N)
+  for w in 1 2; do
+    IDEMLEDGER_DSN="$IDEMLEDGER_TEST_DSN" IDEMLEDGER_SCHEMA=demo IDEMLEDGER_WORKER_THREADS=2 IDEMLEDGER_METRICS_PORT=0 \
+      IDEMLEDGER_DLQ_SPOOL="$work/drain$w.spool" IDEMLEDGER_DLQ_SPOOL_KEY=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n') \
+      build/examples/outbox_worker/outbox_worker >"$work/drain$w.log" 2>&1 &
+    drain_pids+=($!)
+  done
+  until [[ $("${psql[@]}" -d postgres -t -A -c "SELECT count(*) FROM demo.payment_events WHERE status <> 'confirmed'") == 0 ]]; do
+    sleep 0.05
+  done
+  t1=$(date +%s%N)
+  kill -TERM "${drain_pids[@]}" && wait "${drain_pids[@]}" 2>/dev/null || true
+  drain_rates+=("$((DRAIN_EVENTS * 1000000000 / (t1 - t0)))")
+done
+drain=$(printf '%s\n' "${drain_rates[@]}" | median)
+printf '\nBacklog drain (the queue alone: %s deposits recorded, then 2 outbox_workers; start to the last confirmed)\n' "$DRAIN_EVENTS"
+printf '%-40s %10s\n' "drain, events/s (median of 3)" "$drain"
+printf '%-40s %10s\n' "  rounds" "${drain_rates[*]}"
+printf '%-40s %10s\n' "drain / bare process_deposit" "$(ratio "$drain" "${tps[idemledger]}")"
