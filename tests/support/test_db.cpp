@@ -94,23 +94,21 @@ void LedgerTest::TearDown() {
   if (conn_ != nullptr && !conn_->is_broken()) {
     (void)conn_->execute("DROP SCHEMA " + schema_name_ + " CASCADE");
   }
-  if (!scratch_dir_.empty()) {
-    std::error_code ec;
-    std::filesystem::remove_all(scratch_dir_, ec);
-    EXPECT_FALSE(ec) << "removing " << scratch_dir_ << ": " << ec.message();
-  }
+  // SetUp never ran: no directory of ours, and scratch_dir() would name
+  // TempDir() itself.
+  if (schema_name_.empty()) return;
+  std::error_code ec;  // nothing to remove when scratch() was never called
+  std::filesystem::remove_all(scratch_dir(), ec);
+  EXPECT_FALSE(ec) << "removing " << scratch_dir() << ": " << ec.message();
 }
 
+std::string LedgerTest::scratch_dir() const { return ::testing::TempDir() + "/" + schema_name_; }
+
 std::string LedgerTest::scratch(std::string_view name) {
-  if (scratch_dir_.empty()) {
-    // The schema name is unique per test run, so the directory is too.
-    const std::string dir = ::testing::TempDir() + "/" + schema_name_;
-    std::error_code ec;
-    std::filesystem::create_directory(dir, ec);
-    EXPECT_FALSE(ec) << "creating " << dir << ": " << ec.message();
-    scratch_dir_ = dir;
-  }
-  return scratch_dir_ + "/" + std::string(name);
+  std::error_code ec;
+  std::filesystem::create_directory(scratch_dir(), ec);  // false, no error, if it exists
+  EXPECT_FALSE(ec) << "creating " << scratch_dir() << ": " << ec.message();
+  return scratch_dir() + "/" + std::string(name);
 }
 
 LedgerOptions LedgerTest::options(LedgerOptions base) const {

@@ -103,8 +103,9 @@ class LedgerTest : public ::testing::Test {
                             std::string_view amount);
 
   // A path for a file the test (or its forked children, or a service it
-  // starts) writes: `name` inside a directory of the test's own, created on
-  // first use and removed with everything in it by TearDown.
+  // starts) writes: `name` inside the test's own directory (named after its
+  // schema, created by any call, parent's or child's), which TearDown removes
+  // with everything in it.
   std::string scratch(std::string_view name);
 
   // The test's own schema, "t_<pid>_<n>_<random>".
@@ -115,7 +116,8 @@ class LedgerTest : public ::testing::Test {
   std::unique_ptr<Ledger> ledger_;
 
  private:
-  std::string scratch_dir_;  // empty until scratch() is first called
+  // TempDir()/<schema name>: unique per test, as the schema is.
+  std::string scratch_dir() const;
 };
 
 // A unique schema name for one test: "t_<pid>_<n>_<random>".
