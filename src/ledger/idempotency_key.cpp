@@ -24,6 +24,18 @@ EVP_MD_CTX* thread_digest_context() {
   return ctx.get();
 }
 
+struct MdDeleter {
+  void operator()(EVP_MD* md) const { EVP_MD_free(md); }
+};
+
+// SHA-256, fetched from the default provider once. EVP_sha256() hands
+// EVP_DigestInit_ex a name that OpenSSL 3 fetches again on every call, under a
+// lock: 60% of a key's cost (micro_bench BM_IdempotencyKey, 335 ns before).
+const EVP_MD* sha256() {
+  static const std::unique_ptr<EVP_MD, MdDeleter> fetched(EVP_MD_fetch(nullptr, "SHA256", nullptr));
+  return fetched != nullptr ? fetched.get() : EVP_sha256();
+}
+
 }  // namespace
 
 namespace internal {
@@ -47,7 +59,7 @@ std::string idempotency_key(std::span<const std::string_view> fields) {
   preimage.clear();
   internal::append_key_preimage(preimage, fields);
   EVP_MD_CTX* ctx = thread_digest_context();
-  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
+  EVP_DigestInit_ex(ctx, sha256(), nullptr);
   EVP_DigestUpdate(ctx, preimage.data(), preimage.size());
   std::array<unsigned char, 32> digest{};
   unsigned int digest_length = 0;
