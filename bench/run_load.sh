@@ -6,7 +6,9 @@
 # the reference scripts in bench/reference/ — the seed's 13-statement deposit
 # and the one-statement floor — and pgbench's built-in simple-update. Same
 # client count, same duration, populated start state, prepared protocol.
-# Prints deposits/s, p50/p99 latency (median over rounds) and the ratios;
+# Prints deposits/s, p50/p99 latency (median over rounds) and the ratios,
+# the headline ratios also as the median of TRIPLES (default 3) back-to-back
+# triples of process_deposit, seed and floor per round;
 # then the same deposit workload and the floor at 16 clients (deposits of one
 # asset to 10,000 different users: with a row every deposit wrote — a stored
 # system balance — idemledger would stop scaling where the floor does not),
@@ -102,10 +104,28 @@ for round in $(seq 1 "$rounds"); do
   # in it: a short warm-up, not reported, and the driver's 4-client workloads
   # take turns at going first (round r starts at the r-th).
   ledger_load warmup --seconds 5 --history 20000
-  turns=(idemledger batch100 batch100_mixed idemledger_metrics idemledger_partitioned hold_post hold_post_batch60)
+  # The headline, process_deposit against the two yardsticks, as TRIPLES
+  # back-to-back triples, each run from its own fresh populated state, the
+  # order reversed every other triple. This machine's speed drifts by ±20%
+  # within minutes, so a ratio is taken inside each triple and the median of
+  # the triples' ratios is reported beside the median rates.
+  for ((triple = 1; triple <= ${TRIPLES:=3}; triple++)); do
+    order=(ours seed floor)
+    if ((triple % 2 == 0)); then order=(floor seed ours); fi
+    for w in "${order[@]}"; do
+      case $w in
+        ours) ledger_load idemledger --latency-log "$results/latency_idemledger.txt" ;;
+        seed) reset_seed && run_pgbench seed_sequence seedref -f "$ref/seed_sequence.sql" ;;
+        floor) reset_seed && run_pgbench one_statement seedref -f "$ref/one_statement.sql" ;;
+      esac
+    done
+    # The triple's own rates are the last of each name in the results.
+    awk '$1 == "idemledger" {i = $2} $1 == "one_statement" {f = $2} $1 == "seed_sequence" {s = $2}
+         END {printf "%.3f %.3f\n", i / f, i / s}' "$work/results" >>"$work/triples"
+  done
+  turns=(batch100 batch100_mixed idemledger_metrics idemledger_partitioned hold_post hold_post_batch60)
   for ((k = 0; k < ${#turns[@]}; k++)); do
     case ${turns[(k + round - 1) % ${#turns[@]}]} in
-      idemledger) ledger_load idemledger --latency-log "$results/latency_idemledger.txt" ;;
       batch100) ledger_load batch100 --batch 100 ;;
       batch100_mixed) ledger_load batch100_mixed --batch 100 --mixed ;;
       idemledger_metrics) ledger_load idemledger_metrics --metrics ;;
@@ -115,10 +135,6 @@ for round in $(seq 1 "$rounds"); do
     esac
   done
   clients=16 ledger_load idemledger_c16
-  reset_seed
-  run_pgbench seed_sequence seedref -f "$ref/seed_sequence.sql"
-  reset_seed
-  run_pgbench one_statement seedref -f "$ref/one_statement.sql"
   reset_seed
   clients=16 run_pgbench one_statement_c16 seedref -f "$ref/one_statement.sql"
   run_pgbench simple_update builtin -b simple-update
@@ -160,6 +176,14 @@ for w in "${workloads[@]}"; do
   esac
   printf '%-40s %10s %9s %9s %18s\n' "$label" "${tps[$w]}" "${p50[$w]}" "${p99[$w]}" "$(ratio "${tps[idemledger]}" "${tps[$w]}")"
 done
+
+# ratio_spread COLUMN: "median (min-max)" of one ratio over every triple.
+ratio_spread() {
+  awk -v c="$1" '{print $c}' "$work/triples" | sort -n \
+    | awk '{a[NR] = $1} END {printf "%.2fx (%.2f-%.2f over %d triples)", a[int((NR + 1) / 2)], a[1], a[NR], NR}'
+}
+printf '%-40s %s\n' "idemledger / floor, within each triple" "$(ratio_spread 1)"
+printf '%-40s %s\n' "idemledger / seed, within each triple" "$(ratio_spread 2)"
 
 printf '\nScaling to 16 clients (deposits of one asset to 10,000 users; no row every deposit writes)\n'
 printf '%-40s %10s %10s %12s\n' workload "$clients clients" "16 clients" "16 / $clients"
