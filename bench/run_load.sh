@@ -32,6 +32,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 clients=${1:-4} seconds=${2:-20} rounds=${3:-1}
+# Checked before any arithmetic reads them, as run_scale.sh checks its own.
+for n in "$clients" "$seconds" "$rounds" "${TRIPLES:=3}"; do
+  [[ "$n" =~ ^[1-9][0-9]{0,3}$ ]] || { echo "run_load.sh: arguments and TRIPLES are integers in [1, 9999], got '$n'" >&2; exit 2; }
+done
 
 if [[ -z "${IDEMLEDGER_PG_PORT:-}" ]]; then
   bash scripts/build.sh build
@@ -109,7 +113,7 @@ for round in $(seq 1 "$rounds"); do
   # order reversed every other triple. This machine's speed drifts by ±20%
   # within minutes, so a ratio is taken inside each triple and the median of
   # the triples' ratios is reported beside the median rates.
-  for ((triple = 1; triple <= ${TRIPLES:=3}; triple++)); do
+  for ((triple = 1; triple <= TRIPLES; triple++)); do
     order=(ours seed floor)
     if ((triple % 2 == 0)); then order=(floor seed ours); fi
     for w in "${order[@]}"; do
@@ -179,8 +183,10 @@ done
 
 # ratio_spread COLUMN: "median (min-max)" of one ratio over every triple.
 ratio_spread() {
-  awk -v c="$1" '{print $c}' "$work/triples" | sort -n \
-    | awk '{a[NR] = $1} END {printf "%.2fx (%.2f-%.2f over %d triples)", a[int((NR + 1) / 2)], a[1], a[NR], NR}'
+  local values
+  values=$(awk -v c="$1" '{print $c}' "$work/triples" | sort -n)
+  printf '%.2fx (%.2f-%.2f over %d triples)' "$(median <<<"$values")" "$(head -n 1 <<<"$values")" \
+    "$(tail -n 1 <<<"$values")" "$(wc -l <<<"$values")"
 }
 printf '%-40s %s\n' "idemledger / floor, within each triple" "$(ratio_spread 1)"
 printf '%-40s %s\n' "idemledger / seed, within each triple" "$(ratio_spread 2)"
