@@ -113,6 +113,11 @@ const std::vector<Migration>& migrations() {
        {
 #include "src/ledger/migrations/0017_batch_hold_steps.inc"
        }},
+      {18,
+       "user_keys_off_hot_path",
+       {
+#include "src/ledger/migrations/0018_user_keys_off_hot_path.inc"
+       }},
   };
   return all;
 }

@@ -205,5 +205,68 @@ TEST_F(Migrate, Version11KeepsEveryRowAndFileAndTheRules) {
   exec("DROP SCHEMA " + name + " CASCADE");
 }
 
+// Migration 18: the rows a deposit inserts name their user without a key
+// check, whether the schema was partitioned before the migration or after;
+// users are kept instead, and an unknown user is still refused by every path.
+TEST_F(Migrate, Version18DropsTheUserKeysOfTheHotRowsAndKeepsEveryUser) {
+  const std::string name = schema_name_ + "_v17";
+  const Schema v17 = *Schema::create(name);
+  ASSERT_TRUE(migrate(*conn_, {.schema = v17, .target_version = 17}).ok());
+  const auto user_keys = [&](const std::string& schema_name) {
+    return count("SELECT count(*) FROM pg_constraint WHERE contype = 'f' AND confrelid = '" +
+                 schema_name +
+                 ".users'::regclass AND conrelid IN (SELECT oid FROM pg_class WHERE "
+                 "relnamespace = '" +
+                 schema_name +
+                 "'::regnamespace AND (relname LIKE 'payment_events%' OR relname LIKE "
+                 "'balance_events%'))");
+  };
+  const Ledger ledger({.schema = v17, .alerts = &alerts_});
+  ASSERT_TRUE(ledger.open_account(*conn_, 1, *Amount::parse("10")).ok());
+  ASSERT_EQ(*ledger.process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "2")),
+            Outcome::kApplied);
+  exec("SELECT " + name + ".enable_monthly_partitioning(1)");
+  EXPECT_GT(user_keys(name), 0) << "version 17 checks the user of every partition's rows";
+
+  ASSERT_TRUE(migrate(*conn_, v17).ok());
+  EXPECT_EQ(user_keys(name), 0);
+  EXPECT_EQ(scalar("SELECT trim_scale(balance)::text FROM " + name + ".accounts"), "12");
+  exec("DROP SCHEMA " + name + " CASCADE");
+
+  // Migrated from scratch, then partitioned: the conversion adds no key.
+  EXPECT_EQ(user_keys(schema_name_), 0);
+  open_account(1, "10");
+  ASSERT_EQ(*ledger_->process_deposit(*conn_, event("d_1", EventType::kDeposit, 1, "2")),
+            Outcome::kApplied);
+  exec("SELECT {schema}.enable_monthly_partitioning(1)");
+  EXPECT_EQ(user_keys(schema_name_), 0);
+
+  // Every way in still refuses a user who does not exist, and writes nothing.
+  const absl::StatusOr<Outcome> credit =
+      ledger_->process_deposit(*conn_, event("d_2", EventType::kDeposit, 42, "1"));
+  EXPECT_EQ(credit.status().code(), absl::StatusCode::kNotFound) << credit.status();
+  const absl::StatusOr<Outcome> debit =
+      ledger_->process_withdrawal(*conn_, event("w_2", EventType::kWithdrawal, 42, "1"));
+  EXPECT_EQ(debit.status().code(), absl::StatusCode::kNotFound) << debit.status();
+  const absl::StatusOr<std::vector<absl::StatusOr<Outcome>>> batch =
+      ledger_->process_batch(*conn_, std::vector{event("d_3", EventType::kDeposit, 42, "1"),
+                                                 event("d_4", EventType::kDeposit, 1, "1")});
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  EXPECT_EQ((*batch)[0].status().code(), absl::StatusCode::kNotFound) << (*batch)[0].status();
+  EXPECT_EQ(*(*batch)[1], Outcome::kApplied);
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE user_id = 42"), 0);
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events WHERE user_id = 42"), 0);
+
+  // And no user is deleted, or emptied out with the table.
+  for (const char* sql :
+       {"DELETE FROM {schema}.users WHERE id = 1", "TRUNCATE {schema}.users CASCADE"}) {
+    const absl::StatusOr<Result> r = conn_->execute(schema_.qualify(sql));
+    EXPECT_THAT(r.status().ToString(), ::testing::HasSubstr("[SQLSTATE IL042]")) << sql;
+  }
+  EXPECT_EQ(balance(1), "13");
+  record_event(event("e_1", EventType::kDeposit, 1, "5"), "pending");
+  expect_rules_hold(*conn_, schema_);
+}
+
 }  // namespace
 }  // namespace idemledger::testing

@@ -19,7 +19,8 @@ std::optional<absl::StatusCode> code_for(std::string_view state) {
   }
   if (state == kCompensationExceedsBalance || state == kInvalidTransition ||
       state == kEventTerminal || state == kDeadLetterResolved || state == kRelayEnvelopeFixed ||
-      state == kAssetDisabled || state == kAssetFixed || state == kInvalidHoldTransition) {
+      state == kAssetDisabled || state == kAssetFixed || state == kUserKept ||
+      state == kInvalidHoldTransition) {
     return absl::StatusCode::kFailedPrecondition;
   }
   if (state == kConcurrentChange || state == kRecordInFlight || state == kHoldNotYetApplied) {

@@ -30,6 +30,7 @@ inline constexpr std::string_view kHoldNotFound = "IL034";           // kNotFoun
 inline constexpr std::string_view kHoldNotYetApplied = "IL035";      // kAborted (retry)
 inline constexpr std::string_view kCaptureExceedsHold = "IL036";     // kInvalidArgument
 inline constexpr std::string_view kAssetFixed = "IL041";             // kFailedPrecondition
+inline constexpr std::string_view kUserKept = "IL042";               // kFailedPrecondition
 inline constexpr std::string_view kInvalidHoldTransition = "IL050";  // kFailedPrecondition
 
 // Translates a failed ledger statement into the status a caller acts on. Our
