@@ -205,9 +205,9 @@ TEST_F(Migrate, Version11KeepsEveryRowAndFileAndTheRules) {
   exec("DROP SCHEMA " + name + " CASCADE");
 }
 
-// Migration 18: the rows a deposit inserts name their user without a key
-// check, whether the schema was partitioned before the migration or after;
-// users are kept instead, and an unknown user is still refused by every path.
+// Migration 18: the rows events insert name their user without a key check,
+// whether the schema was partitioned before the migration or after; users
+// are kept instead, and an unknown user is still refused by every path.
 TEST_F(Migrate, Version18DropsTheUserKeysOfTheHotRowsAndKeepsEveryUser) {
   const std::string name = schema_name_ + "_v17";
   const Schema v17 = *Schema::create(name);
@@ -219,7 +219,7 @@ TEST_F(Migrate, Version18DropsTheUserKeysOfTheHotRowsAndKeepsEveryUser) {
                  "relnamespace = '" +
                  schema_name +
                  "'::regnamespace AND (relname LIKE 'payment_events%' OR relname LIKE "
-                 "'balance_events%'))");
+                 "'balance_events%' OR relname = 'holds'))");
   };
   const Ledger ledger({.schema = v17, .alerts = &alerts_});
   ASSERT_TRUE(ledger.open_account(*conn_, 1, *Amount::parse("10")).ok());
@@ -248,6 +248,9 @@ TEST_F(Migrate, Version18DropsTheUserKeysOfTheHotRowsAndKeepsEveryUser) {
   const absl::StatusOr<Outcome> debit =
       ledger_->process_withdrawal(*conn_, event("w_2", EventType::kWithdrawal, 42, "1"));
   EXPECT_EQ(debit.status().code(), absl::StatusCode::kNotFound) << debit.status();
+  const absl::StatusOr<HoldResult> hold =
+      ledger_->hold(*conn_, {.event_id = "h_2", .user_id = 42, .amount = *Amount::parse("1")});
+  EXPECT_EQ(hold.status().code(), absl::StatusCode::kNotFound) << hold.status();
   const absl::StatusOr<std::vector<absl::StatusOr<Outcome>>> batch =
       ledger_->process_batch(*conn_, std::vector{event("d_3", EventType::kDeposit, 42, "1"),
                                                  event("d_4", EventType::kDeposit, 1, "1")});
@@ -256,6 +259,7 @@ TEST_F(Migrate, Version18DropsTheUserKeysOfTheHotRowsAndKeepsEveryUser) {
   EXPECT_EQ(*(*batch)[1], Outcome::kApplied);
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE user_id = 42"), 0);
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events WHERE user_id = 42"), 0);
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.holds WHERE user_id = 42"), 0);
 
   // And no user is deleted, or emptied out with the table.
   for (const char* sql :

