@@ -118,6 +118,11 @@ const std::vector<Migration>& migrations() {
        {
 #include "src/ledger/migrations/0018_user_keys_off_hot_path.inc"
        }},
+      {19,
+       "sweeper_lock_order",
+       {
+#include "src/ledger/migrations/0019_sweeper_lock_order.inc"
+       }},
   };
   return all;
 }

@@ -1,5 +1,7 @@
 // Holds: every transition of a two-phase withdrawal, and what each step
 // answers when it is delivered again.
+#include <thread>
+
 #include "gmock/gmock.h"
 #include "idemledger/core/status.hpp"
 #include "idemledger/ledger/asset.hpp"
@@ -179,6 +181,50 @@ TEST_F(Holds, TheSweeperExpiresEachHoldOnce_AndAnExpiredHoldIsNeverPosted) {
   EXPECT_THAT(void_hold("w_1"), Is(HoldOutcome::kRefused, HoldState::kExpired));
   EXPECT_EQ(account().balance.to_string(), "100");
   EXPECT_EQ(topics("expired"), 1);
+  expect_reconciled();
+}
+
+// A batch locks its accounts in (user, asset) order; the sweeper once
+// released holds in expiry order, holding the account of an earlier-expiring
+// hold while it waited for a later one's: a deadlock (migration 19).
+TEST_F(Holds, TheSweeperLocksAccountsInTheOrderBatchesDo_NoDeadlock) {
+  open_account(2, "100");
+  HoldRequest second = request("w_2", "10", "0", absl::Milliseconds(1));
+  second.user_id = 2;
+  ASSERT_EQ(hold(second).outcome, HoldOutcome::kApplied);  // expires first
+  absl::SleepFor(absl::Milliseconds(5));
+  ASSERT_EQ(hold(request("w_1", "30", "1", absl::Milliseconds(1))).outcome, HoldOutcome::kApplied);
+  absl::SleepFor(absl::Milliseconds(20));
+
+  // A batch that has locked its first account (user 1) and goes on to user 2.
+  std::unique_ptr<pg::Connection> batch =
+      hold_locks("SELECT 1 FROM {schema}.accounts WHERE user_id = 1 FOR NO KEY UPDATE");
+  absl::StatusOr<int> expired = absl::UnknownError("the sweeper did not run");
+  std::thread sweeper([&] {
+    std::unique_ptr<pg::Connection> c = connect();
+    expired = ledger_->expire_holds(*c);
+  });
+  const std::string waiting =
+      "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = "
+      "'Lock' AND query LIKE '%" +
+      schema_name_ + ".expire_holds%'";
+  for (int i = 0; i < 500 && count(waiting) == 0; ++i) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_EQ(count(waiting), 1) << "the sweeper waits for user 1's account";
+  // With the old order the sweeper held user 2's account: a cycle, and one
+  // of the two aborted after deadlock_timeout.
+  EXPECT_TRUE(batch->execute("SET LOCAL lock_timeout = '5s'").ok());
+  absl::StatusOr<Result> next = batch->execute(
+      schema_.qualify("SELECT 1 FROM {schema}.accounts WHERE user_id = 2 FOR NO KEY UPDATE"));
+  EXPECT_TRUE(next.ok()) << next.status();
+  EXPECT_TRUE(batch->execute("COMMIT").ok());
+  sweeper.join();
+  ASSERT_TRUE(expired.ok()) << expired.status();
+  EXPECT_EQ(*expired, 2);
+  EXPECT_EQ(state("w_1"), "expired");
+  EXPECT_EQ(state("w_2"), "expired");
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.accounts WHERE held <> 0"), 0);
+  EXPECT_EQ(account().balance.to_string(), "100");
+  EXPECT_EQ(topics("expired"), 2);
   expect_reconciled();
 }
 

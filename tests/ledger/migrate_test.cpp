@@ -31,6 +31,7 @@ TEST(MigrationCatalog, ReleasedMigrationsNeverChange) {
       {16, "97f591aaa99948b32df60871a486a59284b5b3d04ea8a4dae9e9f2811031e7a7"},
       {17, "387f2495b83cd4525856c1e7a45d3b83719ebb091755df7ef955a567cf616bc4"},
       {18, "4a9cad6f7a852363d44d0adacb09457b0a42f6d3a5ee299fb0b96b5f32294825"},
+      {19, "05ce1a6b83e2b1e1851ae64b0b960894e21dc8c538acf4345eecfc231c80f10c"},
   };
   const std::vector<MigrationInfo> catalog = migration_catalog();
   ASSERT_GE(catalog.size(), pinned.size());
