@@ -204,12 +204,8 @@ TEST_F(Holds, TheSweeperLocksAccountsInTheOrderBatchesDo_NoDeadlock) {
     std::unique_ptr<pg::Connection> c = connect();
     expired = ledger_->expire_holds(*c);
   });
-  const std::string waiting =
-      "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = "
-      "'Lock' AND query LIKE '%" +
-      schema_name_ + ".expire_holds%'";
-  for (int i = 0; i < 500 && count(waiting) == 0; ++i) absl::SleepFor(absl::Milliseconds(10));
-  EXPECT_EQ(count(waiting), 1) << "the sweeper waits for user 1's account";
+  EXPECT_EQ(lock_waiters("expire_holds", absl::Seconds(5)), 1)
+      << "the sweeper waits for user 1's account";
   // With the old order the sweeper held user 2's account: a cycle, and one
   // of the two aborted after deadlock_timeout.
   EXPECT_TRUE(batch->execute("SET LOCAL lock_timeout = '5s'").ok());

@@ -412,12 +412,7 @@ TEST_F(DispatcherTest, WorkerKilledMidTransaction_EveryEventAppliedOnce) {
   ASSERT_EQ(ready, 'y');
   // Wait until the child's transaction is really waiting on the lock.
   // (This test's own schema only: the suite's other passes run beside it.)
-  const std::string waiting =
-      "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-      "AND query LIKE '%" +
-      schema_name_ + ".apply_event%'";
-  for (int i = 0; i < 100 && count(waiting) == 0; ++i) absl::SleepFor(absl::Milliseconds(20));
-  ASSERT_EQ(count(waiting), 1);
+  ASSERT_EQ(lock_waiters("apply_event", absl::Seconds(2)), 1);
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
   ASSERT_TRUE(holder->execute("ROLLBACK").ok());  // the orphaned transaction may now finish

@@ -9,6 +9,7 @@
 #include <random>
 #include <system_error>
 
+#include "absl/time/clock.h"
 #include "idemledger/ledger/migrate.hpp"
 #include "idemledger/ops/partitioning.hpp"
 
@@ -159,6 +160,19 @@ std::unique_ptr<pg::Connection> LedgerTest::hold_locks(const std::string& lockin
   absl::StatusOr<Result> r = holder->execute(schema_.qualify(locking_sql));
   EXPECT_TRUE(r.ok()) << r.status();
   return holder;
+}
+
+long LedgerTest::lock_waiters(std::string_view function, absl::Duration patience) {
+  const std::string waiting =
+      "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%" +
+      schema_name_ + "." + std::string(function) + "%'";
+  const absl::Time deadline = absl::Now() + patience;
+  long n = count(waiting);
+  while (n == 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+    n = count(waiting);
+  }
+  return n;
 }
 
 void LedgerTest::expect_reconciled() {

@@ -9,8 +9,10 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "idemledger/core/alert.hpp"
 #include "idemledger/core/mutex.hpp"
@@ -96,6 +98,10 @@ class LedgerTest : public ::testing::Test {
   // Another session that has run `locking_sql` ({schema} substituted) inside an
   // open transaction, holding its row locks until it is rolled back or destroyed.
   std::unique_ptr<pg::Connection> hold_locks(const std::string& locking_sql);
+  // How many sessions are waiting on a lock inside this schema's `function`
+  // (matched in their query text), polled until there is one or `patience`
+  // runs out: the suite's other passes run beside the test, in other schemas.
+  long lock_waiters(std::string_view function, absl::Duration patience);
   // Every user's balance == initial_balance + SUM(balance_events), none negative.
   void expect_reconciled();
 
