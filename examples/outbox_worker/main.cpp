@@ -9,7 +9,8 @@
 //
 // Configuration (environment): IDEMLEDGER_DSN, IDEMLEDGER_SCHEMA (idemledger),
 // IDEMLEDGER_WORKER_THREADS (2), IDEMLEDGER_BATCH_SIZE (32), IDEMLEDGER_APPLY_IN_BATCHES (1),
-// IDEMLEDGER_LEASE_MS (30000), IDEMLEDGER_POLL_MS (500),
+// IDEMLEDGER_LEASE_MS (30000), IDEMLEDGER_POLL_MS (500), IDEMLEDGER_CLAIM_LINGER_MS (10: after
+// a short claim, let events gather this long before the next),
 // IDEMLEDGER_RETRY_BASE_MS (1000), IDEMLEDGER_DLQ_SPOOL (./dead_letters.spool),
 // IDEMLEDGER_DLQ_SPOOL_KEY (required, >= 32 bytes: seals every spool line, so
 // only what a worker spooled can become a dead letter),
@@ -83,7 +84,9 @@ int main() {
                .finality_recheck = absl::Milliseconds(
                    example::env_long("IDEMLEDGER_FINALITY_RECHECK_MS", 15'000, 10, 3'600'000)),
                .log = &logs,
-               .apply_in_batches = example::env_long("IDEMLEDGER_APPLY_IN_BATCHES", 1, 0, 1) == 1});
+               .apply_in_batches = example::env_long("IDEMLEDGER_APPLY_IN_BATCHES", 1, 0, 1) == 1,
+               .claim_linger = absl::Milliseconds(
+                   example::env_long("IDEMLEDGER_CLAIM_LINGER_MS", 10, 0, 1'000))});
   // One connection per worker thread, one more for scrapes.
   idemledger::pg::Pool pool(
       {.dsn = dsn,
@@ -131,7 +134,11 @@ int main() {
         // Finished even if SIGTERM arrives; logs one line per event.
         (void)dispatcher.process_all(**conn, *claimed);
         processed += static_cast<long>(claimed->size());
-        if (claimed->empty()) (void)dispatcher.wait_for_work(**conn, absl::Milliseconds(poll_ms));
+        if (claimed->empty()) {
+          (void)dispatcher.wait_for_work(**conn, absl::Milliseconds(poll_ms));
+        } else {
+          absl::SleepFor(dispatcher.linger_after(claimed->size()));  // let the next claim fill
+        }
       }
     }
   };

@@ -300,6 +300,13 @@ absl::StatusOr<int> Dispatcher::run_once(Connection& conn) const {
   return static_cast<int>(batch->size());
 }
 
+absl::Duration Dispatcher::linger_after(std::size_t claimed) const {
+  const bool short_of_full =
+      claimed > 0 && claimed < static_cast<std::size_t>(std::max(options_.batch_size, 0));
+  return short_of_full ? std::max(options_.claim_linger, absl::ZeroDuration())
+                       : absl::ZeroDuration();
+}
+
 absl::Status Dispatcher::process_all(Connection& conn,
                                      std::span<const ClaimedEvent> claimed) const {
   // In claim order: each run of events that wait for nothing — single-phase

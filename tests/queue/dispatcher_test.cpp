@@ -39,6 +39,21 @@ class DispatcherDecisions : public ::testing::Test {
   } quiet_;
 };
 
+// A worker lingers only after a claim that was short but not empty: a full
+// claim means more is waiting, an empty one waits for a notification instead.
+TEST_F(DispatcherDecisions, AWorkerLingersOnlyAfterAShortClaim) {
+  const Dispatcher lingering(ledger_, {.batch_size = 32, .claim_linger = absl::Milliseconds(10)});
+  EXPECT_EQ(lingering.linger_after(0), absl::ZeroDuration());
+  EXPECT_EQ(lingering.linger_after(1), absl::Milliseconds(10));
+  EXPECT_EQ(lingering.linger_after(31), absl::Milliseconds(10));
+  EXPECT_EQ(lingering.linger_after(32), absl::ZeroDuration());
+  EXPECT_EQ(lingering.linger_after(33), absl::ZeroDuration());
+  // The library's default claims again at once, and a negative linger is none.
+  EXPECT_EQ(Dispatcher(ledger_, {}).linger_after(1), absl::ZeroDuration());
+  EXPECT_EQ(Dispatcher(ledger_, {.claim_linger = -absl::Seconds(1)}).linger_after(1),
+            absl::ZeroDuration());
+}
+
 TEST_F(DispatcherDecisions, AClaimsRowsBecomeTypedEvents) {
   conn_.on("claim_events", FakeConnection::rows({{"evt_1",
                                                   "7",

@@ -60,17 +60,30 @@ TEST_F(WorkerSpool, WithoutAKeyTheWorkerDoesNotStart) {
   }
 }
 
-// Batching is on or off; anything else stops the worker with the rule.
-TEST_F(WorkerSpool, ABadBatchingSwitchStopsTheWorker) {
-  for (const std::string value : {"2", "-1", "yes", "1 ; true"}) {
+// A setting out of its range stops the worker with the rule, before it
+// claims anything: batching is on or off, the claim linger 0..1000 ms.
+TEST_F(WorkerSpool, ABadSettingStopsTheWorkerWithTheRule) {
+  struct Case {
+    std::string variable, value, rule;
+  };
+  const std::vector<Case> cases = {
+      {"IDEMLEDGER_APPLY_IN_BATCHES", "2", "must be an integer in [0, 1]"},
+      {"IDEMLEDGER_APPLY_IN_BATCHES", "-1", "must be an integer in [0, 1]"},
+      {"IDEMLEDGER_APPLY_IN_BATCHES", "yes", "must be an integer in [0, 1]"},
+      {"IDEMLEDGER_APPLY_IN_BATCHES", "1 ; true", "must be an integer in [0, 1]"},
+      {"IDEMLEDGER_CLAIM_LINGER_MS", "1001", "must be an integer in [0, 1000]"},
+      {"IDEMLEDGER_CLAIM_LINGER_MS", "-1", "must be an integer in [0, 1000]"},
+      {"IDEMLEDGER_CLAIM_LINGER_MS", "10ms", "must be an integer in [0, 1000]"},
+      {"IDEMLEDGER_CLAIM_LINGER_MS", "99999999999999999999", "must be an integer in [0, 1000]"},
+  };
+  for (const Case& c : cases) {
     const Finished f = run_to_exit(IDEMLEDGER_OUTBOX_WORKER_BINARY,
                                    "IDEMLEDGER_SCHEMA=" + schema_name_ + " IDEMLEDGER_DLQ_SPOOL='" +
                                        spool_ + "' IDEMLEDGER_DLQ_SPOOL_KEY='" + kTestSpoolKey +
-                                       "' IDEMLEDGER_APPLY_IN_BATCHES='" + value + "'");
-    EXPECT_EQ(f.exit_code, 2) << value << "\n" << f.output;
-    EXPECT_THAT(f.output, HasSubstr("IDEMLEDGER_APPLY_IN_BATCHES must be an integer in [0, 1]"))
-        << value;
-    EXPECT_THAT(f.output, ::testing::Not(HasSubstr("worker started"))) << value;
+                                       "' " + c.variable + "='" + c.value + "'");
+    EXPECT_EQ(f.exit_code, 2) << c.variable << "=" << c.value << "\n" << f.output;
+    EXPECT_THAT(f.output, HasSubstr(c.variable + " " + c.rule)) << c.value;
+    EXPECT_THAT(f.output, ::testing::Not(HasSubstr("worker started"))) << c.value;
   }
 }
 
