@@ -2,7 +2,6 @@
 // back short, the worker lets new events gather before it claims again, so
 // events recorded one by one meanwhile are applied together in one claim and
 // one transaction — and each exactly once.
-#include <functional>
 #include <memory>
 #include <string>
 
@@ -24,12 +23,6 @@ class WorkerLinger : public LedgerTest {
                                                 {"IDEMLEDGER_DLQ_SPOOL", scratch("worker.spool")},
                                                 {"IDEMLEDGER_DLQ_SPOOL_KEY", kTestSpoolKey}},
                                             "worker started");
-  }
-  // Waits (up to 20 s) until `done` holds.
-  static bool eventually(const std::function<bool()>& done) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(20);
-    while (!done() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
-    return done();
   }
   void record(const std::string& id) {
     record_event(event(id, EventType::kDeposit, 1, "1"), "pending");

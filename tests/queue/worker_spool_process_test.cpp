@@ -41,12 +41,6 @@ class WorkerSpool : public LedgerTest {
             {"IDEMLEDGER_DLQ_SPOOL_KEY", kTestSpoolKey}},
         "worker started");
   }
-  // Waits (up to 20 s) until `done` holds.
-  static bool eventually(const std::function<bool()>& done) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(20);
-    while (!done() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(50));
-    return done();
-  }
   std::string spool_;
 };
 

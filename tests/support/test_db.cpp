@@ -175,6 +175,12 @@ long LedgerTest::lock_waiters(std::string_view function, absl::Duration patience
   return n;
 }
 
+bool LedgerTest::eventually(const std::function<bool()>& done, absl::Duration patience) {
+  const absl::Time deadline = absl::Now() + patience;
+  while (!done() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+  return done();
+}
+
 void LedgerTest::expect_reconciled() {
   absl::StatusOr<std::vector<BalanceMismatch>> m = ledger_->find_balance_mismatches(*conn_);
   ASSERT_TRUE(m.ok()) << m.status();

@@ -104,6 +104,10 @@ class LedgerTest : public ::testing::Test {
   long lock_waiters(std::string_view function, absl::Duration patience);
   // Every user's balance == initial_balance + SUM(balance_events), none negative.
   void expect_reconciled();
+  // Polls `done` every 20 ms until it holds or `patience` runs out; its last
+  // answer (for a service process the test started, or a forked child).
+  static bool eventually(const std::function<bool()>& done,
+                         absl::Duration patience = absl::Seconds(20));
 
   static PaymentEvent event(std::string id, EventType type, std::int64_t user,
                             std::string_view amount);
