@@ -2,13 +2,21 @@
 // out, or recover on command, that counts what it really received.
 //
 //   POST /notify    a delivery (Idempotency-Key names the message; the relay
-//                   sends X-Relay-Dlq-Retries > 0 for a resend from its DLQ)
+//                   sends X-Relay-Dlq-Retries > 0 for a resend from its DLQ,
+//                   and X-Relay-Deadline, when the caller stops waiting)
 //   POST /control   ?mode=ok|fail|timeout &failure_percent=N &delay_ms=N
-//   GET  /stats     JSON: requests, delivered, unique, duplicates, failed,
-//                   max_concurrency (requests being served at once; a hung
-//                   one the client abandoned is not counted), in_flight,
-//                   mode, outage_marks
-//   GET  /deliveries JSON: every 2xx in arrival order: [key, dlq_retries, seq]
+//   GET  /stats     JSON: requests, delivered, unique, duplicates, late,
+//                   duplicates_unexplained, failed, max_concurrency (requests
+//                   being served at once; a hung one the client abandoned is
+//                   not counted), in_flight, mode, outage_marks
+//   GET  /deliveries JSON: every 2xx in arrival order:
+//                   [key, dlq_retries, seq, late]
+//
+// Like many real APIs it acts on a request it dequeues after the caller gave
+// up (a pool busy with hung requests queues new ones): such a 2xx is "late",
+// the caller never saw it and sends the message again. A repeat is explained
+// when the key had that many late 2xx: duplicates_unexplained = the sum over
+// keys of max(0, deliveries - 1 - late ones), what the relay alone repeated.
 //
 // fail answers 503; timeout holds the request for MOCK_TIMEOUT_HOLD_MS and
 // then answers 504 (the client has given up long before); failure_percent
@@ -21,7 +29,9 @@
 // MOCK_TIMEOUT_HOLD_MS (3000).
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <mutex>
 #include <random>
 #include <string>
@@ -30,6 +40,8 @@
 #include "../common/http.hpp"
 #include "../common/service.hpp"
 #include "absl/container/flat_hash_map.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 
 namespace {
 
@@ -37,6 +49,13 @@ struct Delivery {
   std::string key;
   long dlq_retries;
   long seq;
+  bool late;  // acted on after the caller's X-Relay-Deadline
+};
+
+// How often a key was acted on, and how often after its caller gave up.
+struct KeyCount {
+  long delivered = 0;
+  long late = 0;
 };
 
 class Downstream {
@@ -97,12 +116,18 @@ class Downstream {
 
   nlohmann::json stats() {
     std::lock_guard lock(mu_);
-    long duplicates = 0;
-    for (const auto& [key, n] : delivered_per_key_) duplicates += n - 1;
+    long duplicates = 0, late = 0, unexplained = 0;
+    for (const auto& [key, n] : delivered_per_key_) {
+      duplicates += n.delivered - 1;
+      late += n.late;
+      unexplained += std::max(0L, n.delivered - 1 - n.late);
+    }
     return {{"requests", requests_.load()},
             {"delivered", static_cast<long>(deliveries_.size())},
             {"unique", static_cast<long>(delivered_per_key_.size())},
             {"duplicates", duplicates},
+            {"late", late},
+            {"duplicates_unexplained", unexplained},
             {"failed", failed_},
             {"max_concurrency", max_concurrency_.load()},
             {"in_flight", in_flight_.load()},
@@ -113,7 +138,7 @@ class Downstream {
   nlohmann::json deliveries() {
     std::lock_guard lock(mu_);
     nlohmann::json out = nlohmann::json::array();
-    for (const Delivery& d : deliveries_) out.push_back({d.key, d.dlq_retries, d.seq});
+    for (const Delivery& d : deliveries_) out.push_back({d.key, d.dlq_retries, d.seq, d.late});
     return out;
   }
 
@@ -127,9 +152,15 @@ class Downstream {
     }
     const long dlq_retries =
         std::strtol(req.get_header_value("X-Relay-Dlq-Retries").c_str(), nullptr, 10);
+    // Judged as the 2xx is decided: the answer leaves right after this.
+    const std::string deadline = req.get_header_value("X-Relay-Deadline");
+    const bool late = !deadline.empty() &&
+                      absl::ToUnixMillis(absl::Now()) > std::strtoll(deadline.c_str(), nullptr, 10);
     std::lock_guard lock(mu_);
-    ++delivered_per_key_[key];
-    deliveries_.push_back({key, dlq_retries, seq});
+    KeyCount& count = delivered_per_key_[key];
+    ++count.delivered;
+    count.late += late ? 1 : 0;
+    deliveries_.push_back({key, dlq_retries, seq, late});
     res.set_content("{\"ok\":true}\n", "application/json");
   }
 
@@ -152,7 +183,7 @@ class Downstream {
   const long hold_ms_;
   long failed_ = 0;
   std::mt19937_64 random_{std::random_device{}()};
-  absl::flat_hash_map<std::string, long> delivered_per_key_;
+  absl::flat_hash_map<std::string, KeyCount> delivered_per_key_;
   std::vector<Delivery> deliveries_;
   std::vector<long> outage_marks_;
 };

@@ -38,12 +38,18 @@
 //
 // An outcome that could not be written because the session died after the
 // downstream answered is written again on a fresh session, not sent again.
-// Exactly once toward the downstream holds while leases do not expire under
-// a live delivery (lease > retry.max_attempts × (transport timeout +
-// retry.max_delay)). A
-// process killed between the 2xx and the mark leaves a row that is delivered
-// again after its lease: the transport sends the outbox id as an idempotency
-// key so the downstream can tell.
+// Delivery is at least once; a message reaches the downstream twice only when
+// the relay could not see its 2xx:
+// - the call ran past the transport's deadline and the downstream still acted
+//   on it (a request queued behind hung ones, say): the relay counts the call
+//   failed and sends again;
+// - a process killed between the 2xx and the mark: the row is delivered again
+//   after its lease.
+// A lease never expires under a live delivery (lease > retry.max_attempts ×
+// (transport timeout + retry.max_delay)), so two replicas never hold one row.
+// The example transport sends the outbox id as an idempotency key, so the
+// downstream can tell, and the attempt's deadline, so it can refuse work its
+// caller gave up on.
 //
 // Relay is thread-safe; run() may be called by one thread at a time.
 #ifndef IDEMLEDGER_RELAY_RELAY_HPP
