@@ -23,7 +23,10 @@
 # (what the bare loop measures) and the demo's mix; webhook -> confirmed
 # events/s and time-to-confirm next to the bare process_deposit figure, and
 # where the CPU goes per event (each service's own getrusage, logged at its
-# stop; the server's from /proc) with intake's and a worker's peak RSS.
+# stop; the server's from /proc) with intake's and a worker's peak RSS, and
+# the ceiling these 2 cores put on it: the bare loop's server CPU per deposit
+# (read inside one more run of it) plus the provider's, then plus intake's and
+# the workers', then with the server's as measured, each as 2 cores / µs.
 # Last, the queue alone: a backlog of recorded deposits drained by the same
 # 2 workers, events/s beside the bare loop (no HTTP, no provider).
 # In the first round it also runs the three deposit workloads at 1 client and
@@ -253,6 +256,31 @@ pg_cpu_ms() {
     for c in $(pgrep -P "$pm"); do awk '{print $14 + $15}' "/proc/$c/stat" 2>/dev/null || true; done
   } | awk -v hz="$hz" '{s += $1} END {printf "%d", s * 1000 / hz}'
 }
+
+# The bare loop's own cost per deposit: one more run of the driver on the
+# schema the last one left (--reuse), the server's CPU and the machine's busy
+# time read over a window inside its timed loop (its set-up before and its
+# reconciliation after left out), over the deposits its rate gives in that
+# window. The service below is held against it.
+machine_jiffies() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat; }
+bare_window=$((seconds > 9 ? seconds - 6 : 3))
+build/bench/ledger_load --dsn "$IDEMLEDGER_TEST_DSN" --clients "$clients" --seconds $((bare_window + 6)) --reuse \
+  >"$work/bare.out" &
+bare_pid=$!
+sleep 3
+pg0=$(pg_cpu_ms)
+read -r busy0 all0 < <(machine_jiffies)
+sleep "$bare_window"
+pg1=$(pg_cpu_ms)
+read -r busy1 all1 < <(machine_jiffies)
+wait "$bare_pid" || { cat "$work/bare.out" >&2; exit 1; }
+bare_tps=$(sed -n 's/^RESULT.* tps=\([0-9]*\).*/\1/p' "$work/bare.out")
+bare_client=$(sed -n 's/^RESULT.* cpu_us=\([0-9.]*\).*/\1/p' "$work/bare.out")
+hz=$(getconf CLK_TCK)
+bare_deposits=$((bare_tps * bare_window))
+bare_server=$(((pg1 - pg0) * 1000 / bare_deposits))
+bare_machine=$(((busy1 - busy0) * 1000000 / hz / bare_deposits))
+bare_busy=$((100 * (busy1 - busy0) / (all1 - all0)))
 # usage LOG...: "cpu_ms peak_rss_kb" over the services whose logs are given
 # (each logs its own at its stop: the sum of CPU, the largest peak).
 usage() {
@@ -308,6 +336,23 @@ printf '%-40s %10s %9s %9s\n' "webhook -> confirmed, deposits only" "${svc[depos
 printf '%-40s %10s %9s %9s\n' "webhook -> confirmed, demo mix + relays" "${svc[mix_tps]}" "${svc[mix_p50]}" "${svc[mix_p99]}"
 printf '%-40s %10s\n' "bare process_deposit (above)" "${tps[idemledger]}"
 printf '%-40s %10s\n' "service (deposits) / bare" "$(ratio "${svc[deposits_tps]}" "${tps[idemledger]}")"
+
+# What the service cannot avoid on these cores, from the figures measured
+# above: the load generator runs here, and every event is applied at least as
+# the bare loop applies it. 2 cores' CPU divided by it is a rate no service on
+# this machine can pass, whatever its intake and queue cost.
+printf '\nThe ceiling on these 2 cores (2 cores of CPU / the CPU an event needs; the bare loop measured over %ss inside a run)\n' "$bare_window"
+printf '%-40s %10s\n' "bare loop: deposits/s, machine busy" "$bare_tps, ${bare_busy}%"
+printf '%-40s %10s\n' "bare loop: server CPU µs per deposit" "$bare_server"
+printf '%-40s %10s\n' "bare loop: driver, machine µs per deposit" "$bare_client, $bare_machine"
+printf '%-40s %10s %10s\n' "an event needs at least (µs)" "events/s" "/ bare"
+ceiling() { printf '%-40s %10s %10s\n' "$1" "$((2000000 / $2))" "$(ratio $((2000000 / $2)) "${tps[idemledger]}")"; }
+ceiling "provider + the bare's server work" $((svc[deposits_provider] + bare_server))
+ceiling "  ... + intake and workers as measured" \
+  $((svc[deposits_provider] + bare_server + svc[deposits_intake] + svc[deposits_workers]))
+ceiling "  ... + the server's work as measured" \
+  $((svc[deposits_provider] + svc[deposits_server] + svc[deposits_intake] + svc[deposits_workers]))
+printf '%-40s %10s %10s\n' "measured: webhook -> confirmed" "${svc[deposits_tps]}" "$(ratio "${svc[deposits_tps]}" "${tps[idemledger]}")"
 printf '\nWhere the service spends CPU, µs per event recorded (the whole run: setup and checks included)\n'
 printf '%-40s %10s %10s\n' component deposits mix
 for k in intake workers relay provider server; do
