@@ -281,6 +281,7 @@ bare_deposits=$((bare_tps * bare_window))
 bare_server=$(((pg1 - pg0) * 1000 / bare_deposits))
 bare_machine=$(((busy1 - busy0) * 1000000 / hz / bare_deposits))
 bare_busy=$((100 * (busy1 - busy0) / (all1 - all0)))
+
 # usage LOG...: "cpu_ms peak_rss_kb" over the services whose logs are given
 # (each logs its own at its stop: the sum of CPU, the largest peak).
 usage() {
@@ -337,10 +338,11 @@ printf '%-40s %10s %9s %9s\n' "webhook -> confirmed, demo mix + relays" "${svc[m
 printf '%-40s %10s\n' "bare process_deposit (above)" "${tps[idemledger]}"
 printf '%-40s %10s\n' "service (deposits) / bare" "$(ratio "${svc[deposits_tps]}" "${tps[idemledger]}")"
 
-# What the service cannot avoid on these cores, from the figures measured
-# above: the load generator runs here, and every event is applied at least as
-# the bare loop applies it. 2 cores' CPU divided by it is a rate no service on
-# this machine can pass, whatever its intake and queue cost.
+# The ceiling, from the figures measured above. Its first line is what the
+# service cannot avoid on these cores: the load generator runs here, and every
+# event is applied at least as the bare loop applies it; no service on this
+# machine can pass it, whatever its intake and queue cost. The next lines add
+# the service's own costs as measured, to show which of them takes it down.
 printf '\nThe ceiling on these 2 cores (2 cores of CPU / the CPU an event needs; the bare loop measured over %ss inside a run)\n' "$bare_window"
 printf '%-40s %10s\n' "bare loop: deposits/s, machine busy" "$bare_tps, ${bare_busy}%"
 printf '%-40s %10s\n' "bare loop: server CPU µs per deposit" "$bare_server"
