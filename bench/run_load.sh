@@ -26,7 +26,11 @@
 # stop; the server's from /proc) with intake's and a worker's peak RSS, and
 # the ceiling these 2 cores put on it: the bare loop's server CPU per deposit
 # (read inside one more run of it) plus the provider's, then plus intake's and
-# the workers', then with the server's as measured, each as 2 cores / µs.
+# the workers', then with the server's as measured, each as 2 cores / µs;
+# beside it the queued path's floor: bench/queue_floor.sql, what PostgreSQL
+# itself needs to record every event twice, claim and apply it (g events per
+# statement, set-based), its rate and server CPU per event, and the ceiling
+# a service whose SQL cost that much would have.
 # Last, the queue alone: a backlog of recorded deposits drained by the same
 # 2 workers, events/s beside the bare loop (no HTTP, no provider).
 # In the first round it also runs the three deposit workloads at 1 client and
@@ -257,6 +261,20 @@ pg_cpu_ms() {
   } | awk -v hz="$hz" '{s += $1} END {printf "%d", s * 1000 / hz}'
 }
 
+# sessions_gone DB: waits until no other client session is on DB, and then for
+# the postmaster to reap them. A backend's CPU reaches pg_cpu_ms through the
+# postmaster only once reaped; read while it exits, its whole run is missed.
+# Bounded: after 10 s it reads anyway (a pooler's idle session never leaves).
+sessions_gone() {
+  local tries=100
+  until [[ $("${psql[@]}" -d postgres -t -A -c "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = '$1' AND backend_type = 'client backend' AND pid <> pg_backend_pid()") == 0 ]] \
+    || ((--tries == 0)); do
+    sleep 0.1
+  done
+  sleep 0.5
+}
+
 # The bare loop's own cost per deposit: one more run of the driver on the
 # schema the last one left (--reuse), the server's CPU and the machine's busy
 # time read over a window inside its timed loop (its set-up before and its
@@ -282,6 +300,29 @@ bare_server=$(((pg1 - pg0) * 1000 / bare_deposits))
 bare_machine=$(((busy1 - busy0) * 1000000 / hz / bare_deposits))
 bare_busy=$((100 * (busy1 - busy0) / (all1 - all0)))
 
+# The queued path's floor: bench/queue_floor.sql (every event recorded twice,
+# claimed, applied set-based; g events per statement, 3 commits per g) on the
+# reference schema, the same clients. Its rate is the events it confirmed over
+# the run's seconds; its server CPU is read around the run (pgbench connects
+# and its backends exit inside it, and are waited for). queue_floor NAME G TOGETHER sets
+# qf[NAME_tps] and qf[NAME_server] (µs per event).
+declare -A qf
+confirmed() { "${psql[@]}" -d seedref -t -A -c "SELECT count(*) FROM payment_events WHERE status = 'confirmed'"; }
+queue_floor() {
+  local name=$1 g=$2 together=$3 out before after pg_before pg_after
+  reset_seed
+  before=$(confirmed) pg_before=$(pg_cpu_ms)
+  out=$("$pgbench" -n -M prepared -c "$clients" -j 2 -T "$seconds" --max-tries=10 -D g="$g" -D together="$together" \
+    "${conn[@]}" -f bench/queue_floor.sql seedref 2>&1) || { echo "$out" >&2; exit 1; }
+  sessions_gone seedref
+  pg_after=$(pg_cpu_ms) after=$(confirmed)
+  qf[${name}_tps]=$(((after - before) / seconds))
+  qf[${name}_server]=$(((pg_after - pg_before) * 1000 / (after - before)))
+}
+queue_floor g3 3 0
+queue_floor g6 6 0
+queue_floor g6_together 6 1
+
 # usage LOG...: "cpu_ms peak_rss_kb" over the services whose logs are given
 # (each logs its own at its stop: the sum of CPU, the largest peak).
 usage() {
@@ -304,6 +345,7 @@ run_service() {
   pg_before=$(pg_cpu_ms)
   env SIM_EVENTS="$SIM_EVENTS" "$@" bash scripts/demo-services.sh >"$work/service.log" 2>&1 \
     || { cat "$work/service.log" >&2; exit 1; }
+  sessions_gone postgres
   pg_after=$(pg_cpu_ms)
   local logs=build/demo-logs n
   read -r svc[${name}_tps] svc[${name}_p50] svc[${name}_p99] < <(sed -n \
@@ -354,7 +396,27 @@ ceiling "  ... + intake and workers as measured" \
   $((svc[deposits_provider] + bare_server + svc[deposits_intake] + svc[deposits_workers]))
 ceiling "  ... + the server's work as measured" \
   $((svc[deposits_provider] + svc[deposits_server] + svc[deposits_intake] + svc[deposits_workers]))
+ceiling "provider + the queue floor's server work" $((svc[deposits_provider] + qf[g6_server]))
+ceiling "  ... + intake and workers as measured" \
+  $((svc[deposits_provider] + qf[g6_server] + svc[deposits_intake] + svc[deposits_workers]))
 printf '%-40s %10s %10s\n' "measured: webhook -> confirmed" "${svc[deposits_tps]}" "$(ratio "${svc[deposits_tps]}" "${tps[idemledger]}")"
+
+printf '\nThe queued path'"'"'s floor (pgbench, bench/queue_floor.sql, %s clients: each event recorded twice, then claimed\n' "$clients"
+printf 'and applied set-based, g events per statement, on the reference schema; what PostgreSQL itself needs for the queue)\n'
+printf '%-40s %10s %10s %10s %10s\n' workload "events/s" "/ floor" "/ bare" "server µs"
+for w in g3 g6 g6_together; do
+  case $w in
+    g3) label="g = 3: record, claim, apply (3 commits)" ;;
+    g6) label="g = 6: record, claim, apply (3 commits)" ;;
+    g6_together) label="g = 6, claim + apply in one commit" ;;
+  esac
+  printf '%-40s %10s %10s %10s %10s\n' "$label" "${qf[${w}_tps]}" "$(ratio "${qf[${w}_tps]}" "${tps[one_statement]}")" \
+    "$(ratio "${qf[${w}_tps]}" "${tps[idemledger]}")" "${qf[${w}_server]}"
+done
+printf '%-40s %10s %10s %10s %10s\n' "the service (deposits only, above)" "${svc[deposits_tps]}" \
+  "$(ratio "${svc[deposits_tps]}" "${tps[one_statement]}")" "$(ratio "${svc[deposits_tps]}" "${tps[idemledger]}")" "${svc[deposits_server]}"
+printf '%-40s %10s %10s %10s %10s\n' "bare process_deposit (window above)" "${tps[idemledger]}" \
+  "$(ratio "${tps[idemledger]}" "${tps[one_statement]}")" "1.00x" "$bare_server"
 printf '\nWhere the service spends CPU, µs per event recorded (the whole run: setup and checks included)\n'
 printf '%-40s %10s %10s\n' component deposits mix
 for k in intake workers relay provider server; do
