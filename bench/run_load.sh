@@ -304,8 +304,8 @@ bare_busy=$((100 * (busy1 - busy0) / (all1 - all0)))
 # claimed, applied set-based; g events per statement, 3 commits per g) on the
 # reference schema, the same clients. Its rate is the events it confirmed over
 # the run's seconds; its server CPU is read around the run (pgbench connects
-# and its backends exit inside it, and are waited for). queue_floor NAME G TOGETHER sets
-# qf[NAME_tps] and qf[NAME_server] (µs per event).
+# and its backends exit inside it, and are waited for). queue_floor NAME G
+# TOGETHER sets qf[NAME_tps] and qf[NAME_server] (µs per event).
 declare -A qf
 confirmed() { "${psql[@]}" -d seedref -t -A -c "SELECT count(*) FROM payment_events WHERE status = 'confirmed'"; }
 queue_floor() {
@@ -316,6 +316,7 @@ queue_floor() {
     "${conn[@]}" -f bench/queue_floor.sql seedref 2>&1) || { echo "$out" >&2; exit 1; }
   sessions_gone seedref
   pg_after=$(pg_cpu_ms) after=$(confirmed)
+  ((after > before)) || { echo "run_load.sh: queue_floor.sql (g=$g) confirmed nothing" >&2; exit 1; }
   qf[${name}_tps]=$(((after - before) / seconds))
   qf[${name}_server]=$(((pg_after - pg_before) * 1000 / (after - before)))
 }
@@ -396,7 +397,7 @@ ceiling "  ... + intake and workers as measured" \
   $((svc[deposits_provider] + bare_server + svc[deposits_intake] + svc[deposits_workers]))
 ceiling "  ... + the server's work as measured" \
   $((svc[deposits_provider] + svc[deposits_server] + svc[deposits_intake] + svc[deposits_workers]))
-ceiling "provider + the queue floor's server work" $((svc[deposits_provider] + qf[g6_server]))
+ceiling "provider + queue floor server work, g=6" $((svc[deposits_provider] + qf[g6_server]))
 ceiling "  ... + intake and workers as measured" \
   $((svc[deposits_provider] + qf[g6_server] + svc[deposits_intake] + svc[deposits_workers]))
 printf '%-40s %10s %10s\n' "measured: webhook -> confirmed" "${svc[deposits_tps]}" "$(ratio "${svc[deposits_tps]}" "${tps[idemledger]}")"
@@ -415,7 +416,7 @@ for w in g3 g6 g6_together; do
 done
 printf '%-40s %10s %10s %10s %10s\n' "the service (deposits only, above)" "${svc[deposits_tps]}" \
   "$(ratio "${svc[deposits_tps]}" "${tps[one_statement]}")" "$(ratio "${svc[deposits_tps]}" "${tps[idemledger]}")" "${svc[deposits_server]}"
-printf '%-40s %10s %10s %10s %10s\n' "bare process_deposit (window above)" "${tps[idemledger]}" \
+printf '%-40s %10s %10s %10s %10s\n' "bare process_deposit (above)" "${tps[idemledger]}" \
   "$(ratio "${tps[idemledger]}" "${tps[one_statement]}")" "1.00x" "$bare_server"
 printf '\nWhere the service spends CPU, µs per event recorded (the whole run: setup and checks included)\n'
 printf '%-40s %10s %10s\n' component deposits mix
