@@ -305,7 +305,7 @@ bare_busy=$((100 * (busy1 - busy0) / (all1 - all0)))
 # reference schema, the same clients. Its rate is the events it confirmed over
 # the run's seconds; its server CPU is read around the run (pgbench connects
 # and its backends exit inside it, and are waited for). queue_floor NAME G
-# TOGETHER sets qf[NAME_tps] and qf[NAME_server] (µs per event).
+# TOGETHER sets qf[NAME_tps], qf[NAME_server] (µs per event) and its label.
 declare -A qf
 confirmed() { "${psql[@]}" -d seedref -t -A -c "SELECT count(*) FROM payment_events WHERE status = 'confirmed'"; }
 queue_floor() {
@@ -319,6 +319,11 @@ queue_floor() {
   ((after > before)) || { echo "run_load.sh: queue_floor.sql (g=$g) confirmed nothing" >&2; exit 1; }
   qf[${name}_tps]=$(((after - before) / seconds))
   qf[${name}_server]=$(((pg_after - pg_before) * 1000 / (after - before)))
+  if ((together)); then
+    qf[${name}_label]="g = $g, claim + apply in one commit"
+  else
+    qf[${name}_label]="g = $g: record, claim, apply (3 commits)"
+  fi
 }
 queue_floor g3 3 0
 queue_floor g6 6 0
@@ -406,12 +411,7 @@ printf '\nThe queued path'"'"'s floor (pgbench, bench/queue_floor.sql, %s client
 printf 'and applied set-based, g events per statement, on the reference schema; what PostgreSQL itself needs for the queue)\n'
 printf '%-40s %10s %10s %10s %10s\n' workload "events/s" "/ floor" "/ bare" "server µs"
 for w in g3 g6 g6_together; do
-  case $w in
-    g3) label="g = 3: record, claim, apply (3 commits)" ;;
-    g6) label="g = 6: record, claim, apply (3 commits)" ;;
-    g6_together) label="g = 6, claim + apply in one commit" ;;
-  esac
-  printf '%-40s %10s %10s %10s %10s\n' "$label" "${qf[${w}_tps]}" "$(ratio "${qf[${w}_tps]}" "${tps[one_statement]}")" \
+  printf '%-40s %10s %10s %10s %10s\n' "${qf[${w}_label]}" "${qf[${w}_tps]}" "$(ratio "${qf[${w}_tps]}" "${tps[one_statement]}")" \
     "$(ratio "${qf[${w}_tps]}" "${tps[idemledger]}")" "${qf[${w}_server]}"
 done
 printf '%-40s %10s %10s %10s %10s\n' "the service (deposits only, above)" "${svc[deposits_tps]}" \
