@@ -123,6 +123,11 @@ const std::vector<Migration>& migrations() {
        {
 #include "src/ledger/migrations/0019_sweeper_lock_order.inc"
        }},
+      {20,
+       "set_based_queue",
+       {
+#include "src/ledger/migrations/0020_set_based_queue.inc"
+       }},
   };
   return all;
 }

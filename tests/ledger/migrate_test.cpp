@@ -32,6 +32,7 @@ TEST(MigrationCatalog, ReleasedMigrationsNeverChange) {
       {17, "387f2495b83cd4525856c1e7a45d3b83719ebb091755df7ef955a567cf616bc4"},
       {18, "4a9cad6f7a852363d44d0adacb09457b0a42f6d3a5ee299fb0b96b5f32294825"},
       {19, "05ce1a6b83e2b1e1851ae64b0b960894e21dc8c538acf4345eecfc231c80f10c"},
+      {20, "5ff7c5add2239d927f468b3d7e7b5084fb9f445c3bb91b35f387eaee14d26cd4"},
   };
   const std::vector<MigrationInfo> catalog = migration_catalog();
   ASSERT_GE(catalog.size(), pinned.size());

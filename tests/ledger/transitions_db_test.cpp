@@ -1,3 +1,4 @@
+#include "gmock/gmock.h"
 #include "idemledger/core/status.hpp"
 #include "idemledger/ledger/transitions.hpp"
 #include "tests/support/test_db.hpp"
@@ -63,6 +64,40 @@ TEST_F(Transition, InvalidEdgeRefusedByLibraryAndByDatabase) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(sqlstate(r.status()), "IL010");
   EXPECT_EQ(status(), "pending");
+}
+
+// The writer's set form (claims and batches move many events at once) moves
+// all of them or none: an id it cannot move raises as the one-event form
+// would, naming that id, and nothing moved before it stays moved.
+TEST_F(Transition, ManyMoveTogetherOrNotAtAll) {
+  record_event(event("e2", EventType::kDeposit, 1, "1"), "pending", 1);
+  record_event(event("e3", EventType::kDeposit, 1, "1"), "confirmed");
+  const std::string many = "SELECT " + schema_name_ + ".transition_events(";
+  absl::StatusOr<Result> r =
+      conn_->execute(many + "ARRAY['e1', 'e2', 'e3'], 'pending', 'enqueued', false, 30000)");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(sqlstate(r.status()), "IL012");
+  EXPECT_THAT(std::string(r.status().message()), ::testing::HasSubstr("e3 is already confirmed"));
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE status = 'pending' AND "
+                  "lease_until IS NULL"),
+            2);
+
+  // A lease, when given, is written by the same update; an id already at
+  // its target is fine; success resets the retry count.
+  ASSERT_TRUE(
+      conn_->execute(many + "ARRAY['e1', 'e2'], 'pending', 'enqueued', false, 30000)").ok());
+  ASSERT_TRUE(conn_->execute(many + "ARRAY['e2', 'e1', 'e2'], 'pending', 'enqueued')").ok());
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE status = 'enqueued' AND "
+                  "lease_until > now() + interval '29 seconds'"),
+            2);
+  ASSERT_TRUE(conn_->execute(many + "ARRAY['e1', 'e2'], 'enqueued', 'confirmed')").ok());
+  EXPECT_EQ(status(), "confirmed");
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE status = 'confirmed' AND "
+                  "retry_count = 0"),
+            3);
+  r = conn_->execute(many + "ARRAY['e1'], 'pending', 'confirmed')");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(sqlstate(r.status()), "IL010");
 }
 
 }  // namespace

@@ -177,6 +177,51 @@ TEST_F(DispatcherTest, RunOnceAppliesAClaimInOneTransaction_APoisonedEventEndsAl
   EXPECT_EQ(balance(1), "13");
 }
 
+// Claimed deposits to accounts the claim does not debit are applied and
+// settled set-based, with no call of the one-event procedure; a claimed
+// event whose key someone else holds leaves that path to the one-by-one
+// step, and every other event of the claim is still applied with it.
+TEST_F(DispatcherTest, AClaimsDepositsAreSettledSetBased_AConflictFallsBackAlone) {
+  IDEMLEDGER_NEEDS_OWN_SESSION("function statistics are per session");
+  open_account(1, "0");
+  open_account(2, "0");
+  exec("SET track_functions = 'pl'");
+  record_pending(4, "2.5");
+  record_event(event("u2", EventType::kDeposit, 2, "1"), "pending", 3);
+  Dispatcher d(*ledger_, dispatch_options());
+  EXPECT_EQ(*d.run_once(*conn_), 5);
+  EXPECT_EQ(function_calls("apply_event"), "0");
+  EXPECT_EQ(function_calls("transition_events"), "2") << "one to claim, one to settle";
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE status = 'confirmed' AND "
+                  "retry_count = 0"),
+            5);
+  EXPECT_EQ(balance(1), "10");
+  EXPECT_EQ(balance(2), "1");
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.system_entries"), 5);
+
+  record_event(event("n_1", EventType::kDeposit, 1, "1"), "pending");
+  record_event(event("n_2", EventType::kDeposit, 1, "1"), "pending");
+  exec(
+      "INSERT INTO {schema}.processed_events (idempotency_key, fingerprint, outcome, asset) "
+      "VALUES ('" +
+      idempotency_key("n_2", "deposit") +
+      "', 'someone else''s fingerprint', 'success', 'DEFAULT')");
+  record_event(event("u2b", EventType::kDeposit, 2, "1"), "pending");
+  EXPECT_EQ(*d.run_once(*conn_), 3);
+  EXPECT_EQ(status_of("n_1"), "confirmed");
+  EXPECT_EQ(status_of("n_2"), "failed");
+  EXPECT_EQ(status_of("u2b"), "confirmed");
+  // The conflict sends the claim one by one: n_1 and u2b are counted (a call
+  // that raises, n_2's, is not).
+  EXPECT_EQ(function_calls("apply_event"), "2");
+  EXPECT_EQ(balance(1), "11");
+  EXPECT_EQ(balance(2), "2");
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.dead_letter_queue WHERE event_id = 'n_2' AND "
+                  "reason = 'already_exists'"),
+            1);
+  expect_reconciled();
+}
+
 // A claim's hold steps join its batch: the deposit, the holds, the post and
 // the void are applied in claim order in one transaction (a hold sees the
 // deposit claimed ahead of it); a step the hold no longer allows still ends

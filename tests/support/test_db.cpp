@@ -130,6 +130,14 @@ void LedgerTest::exec(const std::string& sql) {
   ASSERT_TRUE(r.ok()) << sql << ": " << r.status();
 }
 
+std::string LedgerTest::function_calls(std::string_view function) {
+  exec("SELECT pg_stat_force_next_flush()");
+  exec("SELECT 1");  // a transaction end flushes the counts
+  exec("SELECT pg_stat_clear_snapshot()");
+  return scalar("SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions WHERE schemaname = '" +
+                schema_name_ + "' AND funcname = '" + std::string(function) + "'");
+}
+
 void LedgerTest::open_account(std::int64_t user, std::string_view balance) {
   ASSERT_TRUE(ledger_->open_account(*conn_, user, *Amount::parse_balance(balance)).ok());
 }

@@ -90,6 +90,9 @@ class LedgerTest : public ::testing::Test {
   std::string scalar(const std::string& sql);
   long count(const std::string& sql) { return std::stol(scalar(sql)); }
   void exec(const std::string& sql);
+  // How many times this session has called the schema's `function` (with
+  // `SET track_functions = 'pl'` run first; a call that raised is not counted).
+  std::string function_calls(std::string_view function);
 
   void open_account(std::int64_t user, std::string_view balance);
   std::string balance(std::int64_t user);
