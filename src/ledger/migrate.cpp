@@ -128,6 +128,11 @@ const std::vector<Migration>& migrations() {
        {
 #include "src/ledger/migrations/0020_set_based_queue.inc"
        }},
+      {21,
+       "set_based_record",
+       {
+#include "src/ledger/migrations/0021_set_based_record.inc"
+       }},
   };
   return all;
 }

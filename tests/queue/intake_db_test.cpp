@@ -1,11 +1,18 @@
 // Intake on a real server: record as pending, duplicates, conflicts, unknown
 // addresses, and the whole path intake -> dispatcher -> ledger.
 #include <atomic>
+#include <map>
+#include <optional>
+#include <random>
+#include <span>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "idemledger/core/status.hpp"
 #include "idemledger/ledger/asset.hpp"
+#include "idemledger/ledger/migrate.hpp"
 #include "idemledger/queue/dispatcher.hpp"
 #include "idemledger/queue/intake.hpp"
 #include "libpq-fe.h"
@@ -516,6 +523,380 @@ TEST_F(IntakeAssets, AWithdrawalsStepsGoThroughTheQueueEachOnce) {
   EXPECT_THAT(alerts_.keys(), ::testing::Contains("hold_refused:w1"));
   EXPECT_EQ(ledger_->account(*conn_, 1, AssetCode("USDC"))->balance.to_string(), "60.5");
   expect_reconciled();
+}
+
+// record_events() straight from SQL, beside record_event() alone: one
+// delivery's fields, NULL where absent.
+struct Delivery {
+  std::string id, type;
+  std::optional<std::string> amount, asset, chain, contract, address;
+  std::optional<std::int64_t> user;
+  std::optional<std::string> fee, hold;
+  std::optional<std::int64_t> expires_ms;
+  std::string trace, payload;
+  std::optional<std::string> hash;
+};
+
+class RecordEvents : public LedgerTest {
+ protected:
+  // The same assets, users and addresses in `s`: the default asset, ETH and
+  // USDC on ethereum, TRX on tron, OLD disabled; 0xaaa (any chain) is user
+  // 1's, 0xccc is user 1's on ethereum and user 2's on tron.
+  void prepare(const Schema& s) {
+    LedgerOptions in_s = options();
+    in_s.schema = s;
+    const Ledger ledger(in_s);
+    for (std::int64_t u = 1; u <= 2; ++u) {
+      ASSERT_TRUE(ledger.open_account(*conn_, u, *Amount::parse_balance("0")).ok());
+    }
+    ASSERT_TRUE(add_asset(*conn_, s, {.code = "ETH", .decimals = 18, .chain = "ethereum"}).ok());
+    ASSERT_TRUE(
+        add_asset(
+            *conn_, s,
+            {.code = "USDC", .decimals = 6, .chain = "ethereum", .contract = std::string(kUsdc)})
+            .ok());
+    ASSERT_TRUE(add_asset(*conn_, s, {.code = "TRX", .decimals = 6, .chain = "tron"}).ok());
+    ASSERT_TRUE(add_asset(*conn_, s, {.code = "OLD", .decimals = 8, .enabled = false}).ok());
+    ASSERT_TRUE(conn_
+                    ->execute(s.qualify("INSERT INTO {schema}.deposit_addresses (chain, address, "
+                                        "user_id) VALUES ('', '0xaaa', 1), ('ethereum', '0xccc', "
+                                        "1), ('tron', '0xccc', 2)"))
+                    .ok());
+  }
+
+  // "answer|sqlstate|message" of each delivery, recorded in one call.
+  std::vector<std::string> record_together(const Schema& s, std::span<const Delivery> batch) {
+    return record_together(*conn_, s, batch);
+  }
+  std::vector<std::string> record_together(Connection& conn, const Schema& s,
+                                           std::span<const Delivery> batch) {
+    ArrayText ids, types, amounts, assets, chains, contracts, addresses, users, fees, holds,
+        expires, traces, payloads, hashes;
+    for (const Delivery& d : batch) {
+      ids.add(d.id);
+      types.add(d.type);
+      amounts.add(d.amount);
+      assets.add(d.asset);
+      chains.add(d.chain);
+      contracts.add(d.contract);
+      addresses.add(d.address);
+      users.add(d.user);
+      fees.add(d.fee);
+      holds.add(d.hold);
+      expires.add(d.expires_ms);
+      traces.add(d.trace);
+      payloads.add(d.payload);
+      hashes.add(d.hash);
+    }
+    absl::StatusOr<Result> r = conn.execute(
+        s.qualify("SELECT r_ord, r_answer, r_state, r_message FROM {schema}.record_events("
+                  "$1::text[], $2::text[], $3::numeric[], $4::text[], $5::text[], $6::text[], "
+                  "$7::text[], $8::bigint[], $9::numeric[], $10::text[], $11::bigint[], "
+                  "$12::text[], $13::text[], $14::text[])"),
+        Params(std::move(ids).finish(), std::move(types).finish(), std::move(amounts).finish(),
+               std::move(assets).finish(), std::move(chains).finish(),
+               std::move(contracts).finish(), std::move(addresses).finish(),
+               std::move(users).finish(), std::move(fees).finish(), std::move(holds).finish(),
+               std::move(expires).finish(), std::move(traces).finish(),
+               std::move(payloads).finish(), std::move(hashes).finish()));
+    std::vector<std::string> words(batch.size());
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return words;
+    EXPECT_EQ(r->rows.size(), batch.size());
+    for (std::size_t i = 0; i < r->rows.size(); ++i) {
+      auto row = r->row(i)
+                     .read<std::int64_t, std::optional<std::string>, std::optional<std::string>,
+                           std::optional<std::string>>();
+      EXPECT_TRUE(row.ok()) << row.status();
+      if (!row.ok()) continue;
+      const auto& [ord, answer, state, message] = *row;
+      words.at(static_cast<std::size_t>(ord - 1)) =
+          answer.value_or("") + "|" + state.value_or("") + "|" + message.value_or("");
+    }
+    return words;
+  }
+
+  // The same word for one delivery recorded by record_event() alone.
+  std::string record_alone(const Schema& s, const Delivery& d) {
+    absl::StatusOr<Result> r = conn_->execute(
+        s.qualify("SELECT * FROM {schema}.record_alone($1, $2, $3::numeric, $4, $5, $6, $7, "
+                  "$8::bigint, $9::numeric, $10, $11::bigint, $12, $13, $14)"),
+        Params(d.id, d.type, d.amount, d.asset, d.chain, d.contract, d.address, d.user, d.fee,
+               d.hold, d.expires_ms, d.trace, d.payload, d.hash));
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return "?";
+    auto row = r->row(0)
+                   .read<std::optional<std::string>, std::optional<std::string>,
+                         std::optional<std::string>>();
+    EXPECT_TRUE(row.ok()) << row.status();
+    if (!row.ok()) return "?";
+    const auto& [answer, state, message] = *row;
+    return answer.value_or("") + "|" + state.value_or("") + "|" + message.value_or("");
+  }
+
+  // Everything intake writes, as one digest (timestamps only as present or not).
+  std::string recorded(const Schema& s) {
+    return scalar(s.qualify(
+        "SELECT md5(string_agg(x, ';' ORDER BY x)) FROM ("
+        "SELECT concat_ws(' ', event_id, user_id, asset, amount, fee, hold_id, event_type, "
+        "  status, trace_id, tx_hash, expires_at IS NULL) AS x FROM {schema}.payment_events "
+        "UNION ALL SELECT concat_ws(' ', event_id, to_address, amount, asset, payload, trace_id) "
+        "  FROM {schema}.unmatched_deposits) t"));
+  }
+
+  static constexpr std::string_view kUsdc = "0xa0b86991c6218b36c1d19d4a2e9eb0ce3606eb48";
+};
+
+// A random stream of deliveries — deposits and airdrops by code, by chain and
+// contract and in the default asset, to owned, per-chain and unknown
+// addresses; withdrawals and their steps; copies, changed copies, unknown
+// users and assets, a disabled asset, too many decimals — recorded once by
+// record_event() alone into one schema and once through record_events() in
+// batches of random sizes (up to intake's 64) into another: every answer,
+// every recorded row and every unmatched deposit agree.
+TEST_F(RecordEvents, RandomStream_BatchesAnswerAsSingles) {
+  const Schema alone = unique_schema();
+  ASSERT_TRUE(migrate(*conn_, alone).ok());
+  prepare(schema_);
+  prepare(alone);
+  ASSERT_TRUE(conn_
+                  ->execute(alone.qualify(R"sql(
+      CREATE FUNCTION {schema}.record_alone(
+          p_id text, p_type text, p_amount numeric, p_asset text, p_chain text, p_contract text,
+          p_address text, p_user bigint, p_fee numeric, p_hold text, p_expires bigint,
+          p_trace text, p_payload text, p_hash text,
+          OUT answer text, OUT state text, OUT message text) LANGUAGE plpgsql AS $fn$
+      BEGIN
+          answer := {schema}.record_event(p_id, p_type, p_amount, p_asset, p_chain, p_contract,
+                                          p_address, p_user, p_fee, p_hold, p_expires, p_trace,
+                                          p_payload, p_hash);
+      EXCEPTION WHEN OTHERS THEN
+          GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, message = MESSAGE_TEXT;
+      END
+      $fn$)sql"))
+                  .ok());
+
+  std::mt19937 rng(20261204);
+  const auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
+  std::vector<Delivery> stream;
+  for (int i = 0; i < 1500; ++i) {
+    const int roll = pick(100);
+    if (roll < 20 && !stream.empty()) {  // a redelivery
+      stream.push_back(stream[static_cast<std::size_t>(pick(static_cast<int>(stream.size())))]);
+      continue;
+    }
+    if (roll < 25 && !stream.empty()) {  // the same id, other content
+      Delivery d = stream[static_cast<std::size_t>(pick(static_cast<int>(stream.size())))];
+      switch (pick(4)) {
+        case 0:
+          d.amount = d.amount.value_or("1") + "1";
+          break;
+        case 1:
+          d.address = pick(2) ? "0xnone" : "0xaaa";
+          break;
+        case 2:
+          d.type = d.type == "deposit" ? "airdrop" : "deposit";
+          break;
+        default:
+          d.hash = "0xother";
+      }
+      stream.push_back(std::move(d));
+      continue;
+    }
+    Delivery d{.id = "r" + std::to_string(pick(3)) + "_" + std::to_string(i),
+               .type = pick(6) == 0 ? "airdrop" : "deposit",
+               .amount = std::to_string(1 + pick(50)) + "." + std::to_string(pick(100)),
+               .trace = "t" + std::to_string(i),
+               .payload = R"({"n":)" + std::to_string(i) + "}"};
+    switch (pick(8)) {  // the asset
+      case 0:
+        d.asset = "ETH";
+        break;
+      case 1:
+        d.asset = "USDC";
+        break;
+      case 2:
+        d.chain = "ethereum";
+        d.contract = std::string(kUsdc);
+        break;
+      case 3:
+        d.chain = "tron";
+        break;
+      default:
+        break;  // the default asset
+    }
+    const int odd = pick(100);
+    if (odd < 3) {
+      d.asset = "NOPE";
+    } else if (odd < 5) {
+      d.asset = "OLD";
+    } else if (odd < 7) {
+      d.asset.reset();
+      d.chain = "ethereum";
+      d.contract = "0xunknown";
+    } else if (odd < 10) {
+      *d.amount += "0000001";  // too many decimals for USDC and TRX
+    } else if (odd < 13) {
+      d.fee = "0.5";
+    }
+    if (pick(4) == 0) d.hash = "0x" + std::to_string(i);
+    const int where = pick(20);
+    d.address = where < 9 ? "0xaaa" : where < 18 ? "0xccc" : "0xnone";
+    if (roll >= 88) {  // a withdrawal or one of its steps: user_id, never an address
+      d.address.reset();
+      d.user = pick(8) == 0 ? 99 : 1 + pick(2);
+      switch (pick(4)) {
+        case 0:
+          d.type = "withdrawal";
+          break;
+        case 1:
+          d.type = "withdrawal_requested";
+          d.hold = d.id;
+          d.expires_ms = 3600000;
+          break;
+        default:
+          d.type = pick(2) ? "withdrawal_confirmed" : "withdrawal_failed";
+          d.hold = "r1_" + std::to_string(pick(i + 1));
+      }
+    }
+    stream.push_back(std::move(d));
+  }
+
+  std::vector<std::string> one_by_one;
+  for (const Delivery& d : stream) one_by_one.push_back(record_alone(alone, d));
+  std::vector<std::string> together;
+  for (std::size_t at = 0; at < stream.size();) {
+    const std::size_t n = std::min(stream.size() - at, static_cast<std::size_t>(1 + pick(64)));
+    for (std::string& w : record_together(schema_, std::span(stream).subspan(at, n))) {
+      together.push_back(std::move(w));
+    }
+    at += n;
+  }
+  ASSERT_EQ(one_by_one.size(), together.size());
+  std::map<std::string, int> seen;
+  for (std::size_t i = 0; i < one_by_one.size(); ++i) {
+    EXPECT_EQ(one_by_one[i], together[i]) << "delivery " << i << " (" << stream[i].id << ")";
+    const std::string& w = one_by_one[i];
+    ++seen[w.substr(0, w.find('|', w.find('|') + 1))];
+  }
+  // The stream exercised every answer.
+  for (const char* w : {"accepted|", "duplicate|", "unmatched|", "|IL001", "|IL002", "|IL030",
+                        "|IL031", "|IL032"}) {
+    EXPECT_GT(seen[w], 0) << w;
+  }
+  EXPECT_EQ(recorded(schema_), recorded(alone));
+  EXPECT_GT(count("SELECT count(*) FROM {schema}.payment_events"), 500);
+  (void)conn_->execute(alone.qualify("DROP SCHEMA {schema} CASCADE"));
+}
+
+// Ids whose every copy is a plain deposit are recorded without
+// record_event(); any other id goes through it, each copy in arrival order.
+// An INSERT a table's CHECK refuses sends the whole batch one by one, each
+// delivery with its own answer.
+TEST_F(RecordEvents, PlainIdsTakeNoRecordEventCall_ARefusedInsertFallsBackOneByOne) {
+  IDEMLEDGER_NEEDS_OWN_SESSION("function statistics are per session");
+  prepare(schema_);
+  exec("SET track_functions = 'pl'");
+  const auto deposit = [](std::string id, std::string amount, std::string address = "0xaaa") {
+    return Delivery{.id = std::move(id),
+                    .type = "deposit",
+                    .amount = std::move(amount),
+                    .address = std::move(address),
+                    .trace = "t",
+                    .payload = "{}"};
+  };
+  const Delivery withdrawal{
+      .id = "c_w", .type = "withdrawal", .amount = "1", .user = 2, .trace = "t", .payload = "{}"};
+  const std::vector<Delivery> batch = {
+      deposit("d_2", "2"), withdrawal,          deposit("a_1", "1"),           deposit("a_2", "2"),
+      deposit("a_1", "1"), deposit("a_2", "3"), deposit("m_1", "1", "0xnone"), deposit("m_1", "1")};
+  // a_1, a_2 and d_2 in one statement; c_w and both copies of m_1 one by one:
+  // m_1's first copy is unmatched, its second is then recorded, as alone.
+  EXPECT_THAT(
+      record_together(schema_, batch),
+      ::testing::ElementsAre("accepted||", "accepted||", "accepted||", "accepted||", "duplicate||",
+                             "|IL001|conflicting replay: event a_2 is recorded as deposit of "
+                             "2.000000000000000000 DEFAULT for user 1",
+                             "unmatched||", "accepted||"));
+  EXPECT_EQ(function_calls("record_event"), "3");
+  EXPECT_EQ(scalar("SELECT string_agg(event_id || ' ' || user_id || ' ' || trim_scale(amount) || "
+                   "' ' || status, ', ' ORDER BY event_id) FROM {schema}.payment_events"),
+            "a_1 1 1 pending, a_2 1 2 pending, c_w 2 1 pending, d_2 1 2 pending, m_1 1 1 pending");
+  EXPECT_EQ(scalar("SELECT event_id || ' ' || to_address FROM {schema}.unmatched_deposits"),
+            "m_1 0xnone");
+
+  // A negative amount passes no parser of ours, but record_events() is SQL:
+  // payment_events' CHECK refuses it, alone.
+  EXPECT_THAT(
+      record_together(schema_,
+                      std::vector{deposit("n_1", "1"), deposit("n_2", "-1"), deposit("a_1", "1")}),
+      ::testing::ElementsAre("accepted||", ::testing::StartsWith("|23514|"), "duplicate||"));
+  EXPECT_EQ(function_calls("record_event"), "5") << "one by one; n_2's raised, uncounted";
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events"), 6);
+
+  absl::StatusOr<Result> shifted = conn_->execute(schema_.qualify(
+      "SELECT * FROM {schema}.record_events('[0:0]={x}', '{deposit}', '{1}', '{NULL}', '{NULL}', "
+      "'{NULL}', '{0xaaa}', '{NULL}', '{NULL}', '{NULL}', '{NULL}', '{t}', '{p}', '{NULL}')"));
+  EXPECT_EQ(shifted.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(shifted.status().message()), ::testing::HasSubstr("start at index 1"));
+}
+
+// Two batches can wait on each other only through an id that is a plain
+// deposit in one and something else in the other. PostgreSQL fails one
+// waiting record_event() after deadlock_timeout; its subtransaction turns
+// that into the one delivery's retryable answer, the other batch goes on
+// once the first commits, and each id is recorded once.
+TEST_F(RecordEvents, BatchesWaitingOnEachOtherFailOneDeliveryRetryably) {
+  prepare(schema_);
+  const auto one = [](std::string id, bool deposit) {
+    return std::vector{deposit ? Delivery{.id = std::move(id),
+                                          .type = "deposit",
+                                          .amount = "1",
+                                          .address = "0xaaa",
+                                          .trace = "t",
+                                          .payload = "{}"}
+                               : Delivery{.id = std::move(id),
+                                          .type = "withdrawal",
+                                          .amount = "1",
+                                          .user = 2,
+                                          .trace = "t",
+                                          .payload = "{}"}};
+  };
+  std::unique_ptr<pg::Connection> a = connect(), b = connect();
+  ASSERT_TRUE(a->execute("BEGIN").ok());
+  ASSERT_TRUE(b->execute("BEGIN").ok());
+  ASSERT_THAT(record_together(*a, schema_, one("k1", true)), ::testing::ElementsAre("accepted||"));
+  ASSERT_THAT(record_together(*b, schema_, one("k2", true)), ::testing::ElementsAre("accepted||"));
+  std::vector<std::string> from_a, from_b;
+  std::atomic<int> finished{0};  // 1: a, 2: b
+  std::thread ta([&] {
+    from_a = record_together(*a, schema_, one("k2", false));
+    int none = 0;
+    finished.compare_exchange_strong(none, 1);
+  });
+  ASSERT_EQ(lock_waiters("record_events", absl::Seconds(10)), 1) << "a waits for b's k2";
+  std::thread tb([&] {
+    from_b = record_together(*b, schema_, one("k1", false));
+    int none = 0;
+    finished.compare_exchange_strong(none, 2);
+  });
+  ASSERT_TRUE(eventually([&] { return finished.load() != 0; })) << "the cycle was broken";
+  const int first = finished.load();
+  ASSERT_TRUE((first == 1 ? *a : *b).execute("COMMIT").ok());
+  ta.join();
+  tb.join();
+  ASSERT_TRUE((first == 1 ? *b : *a).execute("COMMIT").ok());
+  const std::vector<std::string>& victim = first == 1 ? from_a : from_b;
+  const std::vector<std::string>& survivor = first == 1 ? from_b : from_a;
+  ASSERT_EQ(victim.size(), 1U);
+  EXPECT_THAT(victim[0], ::testing::StartsWith("|40P01|"));
+  const absl::Status answered = status_from_sqlstate("40P01", "deadlock detected");
+  EXPECT_TRUE(is_retryable(answered)) << "intake answers it 503; the provider sends it again";
+  ASSERT_EQ(survivor.size(), 1U);
+  EXPECT_THAT(survivor[0], ::testing::StartsWith("|IL001|conflicting replay: event k"));
+  EXPECT_EQ(scalar("SELECT string_agg(event_id || ' ' || event_type, ', ' ORDER BY event_id) FROM "
+                   "{schema}.payment_events"),
+            "k1 deposit, k2 deposit");
 }
 
 }  // namespace
