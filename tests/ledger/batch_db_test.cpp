@@ -327,11 +327,11 @@ TEST_F(Batch, RandomStream_BatchesAnswerAsSingles) {
   for (int i = 0; i < 1500; ++i) {
     const int roll = pick(100);
     if (roll < 15 && !stream.empty()) {  // a redelivery
-      stream.push_back(stream[static_cast<std::size_t>(pick(static_cast<int>(stream.size())))]);
+      stream.push_back(sent_before(stream, pick));
       continue;
     }
     if (roll < 18 && !stream.empty()) {  // the same id, other content
-      LedgerStep step = stream[static_cast<std::size_t>(pick(static_cast<int>(stream.size())))];
+      LedgerStep step = sent_before(stream, pick);
       std::visit(
           [&](auto& x) {
             using T = std::decay_t<decltype(x)>;

@@ -136,6 +136,13 @@ class LedgerTest : public ::testing::Test {
 // A unique schema name for one test: "t_<pid>_<n>_<random>".
 Schema unique_schema();
 
+// One of `stream`'s elements, chosen by `pick(n)` (0..n-1): what a random
+// stream sends again (a redelivery, or the same id with other content).
+template <typename T, typename Pick>
+const T& sent_before(const std::vector<T>& stream, Pick& pick) {
+  return stream[static_cast<std::size_t>(pick(static_cast<int>(stream.size())))];
+}
+
 // The dead-letter spool key tests seal with (queue/dlq.hpp wants >= 32 bytes).
 inline const std::string kTestSpoolKey(32, 'k');
 
