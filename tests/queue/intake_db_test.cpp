@@ -901,7 +901,7 @@ TEST_F(RecordEvents, BatchesWaitingOnEachOtherFailOneDeliveryRetryably) {
   ASSERT_EQ(victim.size(), 1U);
   EXPECT_THAT(victim[0], ::testing::StartsWith("|40P01|"));
   const absl::Status answered = status_from_sqlstate("40P01", "deadlock detected");
-  EXPECT_TRUE(is_retryable(answered)) << "intake answers it 503; the provider sends it again";
+  EXPECT_TRUE(is_retryable(answered)) << "intake records it again (then answered as alone)";
   ASSERT_EQ(survivor.size(), 1U);
   EXPECT_THAT(survivor[0], ::testing::StartsWith("|IL001|conflicting replay: event k"));
   EXPECT_EQ(scalar("SELECT string_agg(event_id || ' ' || event_type, ', ' ORDER BY event_id) FROM "

@@ -145,8 +145,9 @@ constexpr const auto& enum_names(RecordResult) { return kRecordResultNames; }
                                                                 std::string_view trace_id,
                                                                 std::string_view raw_body);
 
-// Most deliveries RecordBatcher records in one transaction: each is a
-// subtransaction, and past 64 in one transaction PostgreSQL's per-backend
+// Most deliveries RecordBatcher records in one transaction: any that is not
+// a plain deposit is a subtransaction (and all of them in a batch that falls
+// back one by one), and past 64 in one transaction PostgreSQL's per-backend
 // subtransaction cache overflows and slows every session's snapshots.
 inline constexpr std::size_t kMaxRecordBatch = 64;
 
@@ -175,7 +176,11 @@ struct RecordBatcherOptions {
 // Guarantees: record() returns only after the transaction holding its
 // delivery committed, with exactly the answer record_webhook_event() would
 // have given it (a delivery the batch refuses — a conflict, an unknown user
-// or asset — is refused alone; the others are recorded). If the batch fails
+// or asset — is refused alone; the others are recorded). One exception, and
+// a safe one: a delivery whose id another batch is recording at that moment
+// as another kind of event (a conflicting replay) may be refused with a
+// retryable kAborted instead, when PostgreSQL breaks the two batches' wait
+// on each other; recorded again, it gets its answer. If the batch fails
 // as a whole (a lost connection, an in-doubt commit, a timeout), every call
 // in it returns that retryable status and nothing of it is known to be
 // durable, so no caller may acknowledge; recording again is keyed by event id
