@@ -650,6 +650,24 @@ class RecordEvents : public LedgerTest {
         "  FROM {schema}.unmatched_deposits) t"));
   }
 
+  // A plain deposit (to user 1's 0xaaa unless told), and a withdrawal of 1 by user 2.
+  static Delivery deposit(std::string id, std::string amount = "1", std::string address = "0xaaa") {
+    return Delivery{.id = std::move(id),
+                    .type = "deposit",
+                    .amount = std::move(amount),
+                    .address = std::move(address),
+                    .trace = "t",
+                    .payload = "{}"};
+  }
+  static Delivery withdrawal(std::string id) {
+    return Delivery{.id = std::move(id),
+                    .type = "withdrawal",
+                    .amount = "1",
+                    .user = 2,
+                    .trace = "t",
+                    .payload = "{}"};
+  }
+
   static constexpr std::string_view kUsdc = "0xa0b86991c6218b36c1d19d4a2e9eb0ce3606eb48";
 };
 
@@ -804,18 +822,8 @@ TEST_F(RecordEvents, PlainIdsTakeNoRecordEventCall_ARefusedInsertFallsBackOneByO
   IDEMLEDGER_NEEDS_OWN_SESSION("function statistics are per session");
   prepare(schema_);
   exec("SET track_functions = 'pl'");
-  const auto deposit = [](std::string id, std::string amount, std::string address = "0xaaa") {
-    return Delivery{.id = std::move(id),
-                    .type = "deposit",
-                    .amount = std::move(amount),
-                    .address = std::move(address),
-                    .trace = "t",
-                    .payload = "{}"};
-  };
-  const Delivery withdrawal{
-      .id = "c_w", .type = "withdrawal", .amount = "1", .user = 2, .trace = "t", .payload = "{}"};
   const std::vector<Delivery> batch = {
-      deposit("d_2", "2"), withdrawal,          deposit("a_1", "1"),           deposit("a_2", "2"),
+      deposit("d_2", "2"), withdrawal("c_w"),   deposit("a_1", "1"),           deposit("a_2", "2"),
       deposit("a_1", "1"), deposit("a_2", "3"), deposit("m_1", "1", "0xnone"), deposit("m_1", "1")};
   // a_1, a_2 and d_2 in one statement; c_w and both copies of m_1 one by one:
   // m_1's first copy is unmatched, its second is then recorded, as alone.
@@ -855,36 +863,24 @@ TEST_F(RecordEvents, PlainIdsTakeNoRecordEventCall_ARefusedInsertFallsBackOneByO
 // once the first commits, and each id is recorded once.
 TEST_F(RecordEvents, BatchesWaitingOnEachOtherFailOneDeliveryRetryably) {
   prepare(schema_);
-  const auto one = [](std::string id, bool deposit) {
-    return std::vector{deposit ? Delivery{.id = std::move(id),
-                                          .type = "deposit",
-                                          .amount = "1",
-                                          .address = "0xaaa",
-                                          .trace = "t",
-                                          .payload = "{}"}
-                               : Delivery{.id = std::move(id),
-                                          .type = "withdrawal",
-                                          .amount = "1",
-                                          .user = 2,
-                                          .trace = "t",
-                                          .payload = "{}"}};
-  };
   std::unique_ptr<pg::Connection> a = connect(), b = connect();
   ASSERT_TRUE(a->execute("BEGIN").ok());
   ASSERT_TRUE(b->execute("BEGIN").ok());
-  ASSERT_THAT(record_together(*a, schema_, one("k1", true)), ::testing::ElementsAre("accepted||"));
-  ASSERT_THAT(record_together(*b, schema_, one("k2", true)), ::testing::ElementsAre("accepted||"));
+  ASSERT_THAT(record_together(*a, schema_, std::vector{deposit("k1")}),
+              ::testing::ElementsAre("accepted||"));
+  ASSERT_THAT(record_together(*b, schema_, std::vector{deposit("k2")}),
+              ::testing::ElementsAre("accepted||"));
   std::vector<std::string> from_a, from_b;
   std::atomic<int> finished{0};  // 1: a, 2: b
   std::thread ta([&] {
-    from_a = record_together(*a, schema_, one("k2", false));
+    from_a = record_together(*a, schema_, std::vector{withdrawal("k2")});
     int none = 0;
     finished.compare_exchange_strong(none, 1);
   });
   // No ASSERT while a thread runs: a test that returned would leave it joinable.
   EXPECT_EQ(lock_waiters("record_events", absl::Seconds(10)), 1) << "a waits for b's k2";
   std::thread tb([&] {
-    from_b = record_together(*b, schema_, one("k1", false));
+    from_b = record_together(*b, schema_, std::vector{withdrawal("k1")});
     int none = 0;
     finished.compare_exchange_strong(none, 2);
   });
