@@ -297,12 +297,7 @@ absl::StatusOr<RecordResult> record_webhook_event(Connection& conn, const Schema
   return read_record_answer(*answer);
 }
 
-RecordBatcher::RecordBatcher(RecordBatcherOptions options)
-    : options_(options),
-      sql_(options_.schema.qualify(
-          "SELECT * FROM {schema}.record_events($1::text[], $2::text[], $3::numeric[], "
-          "$4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::numeric[], "
-          "$10::text[], $11::bigint[], $12::text[], $13::text[], $14::text[])")) {
+RecordBatcher::RecordBatcher(RecordBatcherOptions options) : options_(options) {
   options_.max_batch = std::clamp<std::size_t>(options_.max_batch, 1, kMaxRecordBatch);
   options_.max_in_flight = std::max(options_.max_in_flight, 0);
   if (options_.max_wait < absl::ZeroDuration()) options_.max_wait = absl::ZeroDuration();
@@ -311,7 +306,7 @@ RecordBatcher::RecordBatcher(RecordBatcherOptions options)
 absl::StatusOr<RecordResult> RecordBatcher::record(Connection& conn, const WebhookEvent& event,
                                                    std::string_view trace_id,
                                                    std::string_view raw_body) {
-  Delivery mine{.event = &event, .trace_id = trace_id, .raw_body = raw_body};
+  Delivery mine{.delivery = {.event = &event, .trace_id = trace_id, .raw_body = raw_body}};
   std::shared_ptr<Batch> batch;
   {
     MutexLock lock(&mu_);
@@ -349,11 +344,18 @@ absl::StatusOr<RecordResult> RecordBatcher::record(Connection& conn, const Webho
   return std::move(mine.result);
 }
 
-void RecordBatcher::record_all(Connection& conn, const std::vector<Delivery*>& deliveries) const {
+std::vector<absl::StatusOr<RecordResult>> record_webhook_events(
+    Connection& conn, const Schema& schema, std::span<const WebhookDelivery> deliveries) {
+  if (deliveries.empty() || deliveries.size() > kMaxRecordBatch) {
+    return std::vector<absl::StatusOr<RecordResult>>(
+        deliveries.size(), absl::InvalidArgumentError(fmt::format(
+                               "record_webhook_events: a batch holds 1..{} deliveries, got {}",
+                               kMaxRecordBatch, deliveries.size())));
+  }
   ArrayText ids, types, amounts, assets, chains, contracts, addresses, users, fees, holds, expires,
       traces, payloads, hashes;
-  for (const Delivery* d : deliveries) {
-    const WebhookEvent& e = *d->event;
+  for (const WebhookDelivery& d : deliveries) {
+    const WebhookEvent& e = *d.event;
     ids.add(e.event_id);
     types.add(to_string(e.type));
     amounts.add(e.amount);
@@ -365,8 +367,8 @@ void RecordBatcher::record_all(Connection& conn, const std::vector<Delivery*>& d
     fees.add(e.fee);
     holds.add(null_if_empty(e.hold_id));
     expires.add(e.expires_in);
-    traces.add(null_if_empty(d->trace_id));
-    payloads.add(d->raw_body);
+    traces.add(null_if_empty(d.trace_id));
+    payloads.add(d.raw_body);
     hashes.add(null_if_empty(e.tx_hash));
   }
   const Params params(
@@ -375,26 +377,37 @@ void RecordBatcher::record_all(Connection& conn, const std::vector<Delivery*>& d
       std::move(addresses).finish(), std::move(users).finish(), std::move(fees).finish(),
       std::move(holds).finish(), std::move(expires).finish(), std::move(traces).finish(),
       std::move(payloads).finish(), std::move(hashes).finish());
-  absl::StatusOr<Result> r = conn.execute(sql_, params);
+  absl::StatusOr<Result> r = conn.execute(
+      schema.qualify("SELECT * FROM {schema}.record_events($1::text[], $2::text[], $3::numeric[], "
+                     "$4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::numeric[], "
+                     "$10::text[], $11::bigint[], $12::text[], $13::text[], $14::text[])"),
+      params);
   if (!r.ok()) {
     // All of it or none of it, and not known which: nobody may answer 200.
-    const absl::Status failed = refused_record(r.status());
-    for (Delivery* d : deliveries) d->result = failed;
-    return;
+    return std::vector<absl::StatusOr<RecordResult>>(deliveries.size(), refused_record(r.status()));
   }
   absl::StatusOr<std::vector<absl::StatusOr<std::string>>> replies =
       internal::read_batch_reply<std::string>(*r, deliveries.size(), "record_events");
   if (!replies.ok()) {
     // Committed, but not readable: nobody may answer 200 from it.
-    for (Delivery* d : deliveries) d->result = replies.status();
-    return;
+    return std::vector<absl::StatusOr<RecordResult>>(deliveries.size(), replies.status());
   }
-  for (std::size_t i = 0; i < deliveries.size(); ++i) {
-    const absl::StatusOr<std::string>& reply = (*replies)[i];
-    deliveries[i]->result = reply.ok()
-                                ? read_record_answer(*reply)
-                                : absl::StatusOr<RecordResult>(refused_record(reply.status()));
+  std::vector<absl::StatusOr<RecordResult>> answers;
+  answers.reserve(deliveries.size());
+  for (const absl::StatusOr<std::string>& reply : *replies) {
+    answers.push_back(reply.ok() ? read_record_answer(*reply)
+                                 : absl::StatusOr<RecordResult>(refused_record(reply.status())));
   }
+  return answers;
+}
+
+void RecordBatcher::record_all(Connection& conn, const std::vector<Delivery*>& deliveries) const {
+  std::vector<WebhookDelivery> batch;
+  batch.reserve(deliveries.size());
+  for (const Delivery* d : deliveries) batch.push_back(d->delivery);
+  std::vector<absl::StatusOr<RecordResult>> answers =
+      record_webhook_events(conn, options_.schema, batch);
+  for (std::size_t i = 0; i < deliveries.size(); ++i) deliveries[i]->result = std::move(answers[i]);
 }
 
 }  // namespace idemledger

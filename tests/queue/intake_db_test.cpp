@@ -374,6 +374,69 @@ TEST_F(Intake, GroupCommit_AFailedBatchFailsEveryDeliveryInIt) {
   EXPECT_EQ(*batcher.record(*fine, *parse_webhook(second), "", second), RecordResult::kAccepted);
 }
 
+// The group commit's database side, for a host that gathers deliveries
+// itself: one transaction, and each delivery answered in order as if alone.
+TEST_F(Intake, RecordWebhookEvents_AnswersEachDeliveryInOrderInOneTransaction) {
+  ASSERT_EQ(
+      *record(R"({"event_id":"pre","event_type":"deposit","amount":"1","to_address":"0xaaa"})"),
+      RecordResult::kAccepted);
+  const std::vector<std::string> bodies = {
+      R"({"event_id":"b1","event_type":"deposit","amount":"2","to_address":"0xaaa"})",
+      R"({"event_id":"b1","event_type":"deposit","amount":"2","to_address":"0xaaa"})",
+      R"({"event_id":"pre","event_type":"deposit","amount":"9","to_address":"0xaaa"})",
+      R"({"event_id":"b2","event_type":"withdrawal","amount":"1","user_id":999})",
+      R"({"event_id":"b3","event_type":"deposit","amount":"1","asset":"NOPE","to_address":"0xaaa"})",
+      R"({"event_id":"b4","event_type":"deposit","amount":"3","to_address":"0xnobody"})",
+      R"({"event_id":"b5","event_type":"deposit","amount":"4","to_address":"0xbbb"})",
+      R"({"event_id":"pre","event_type":"deposit","amount":"1","to_address":"0xaaa"})",
+  };
+  std::vector<WebhookEvent> events;
+  for (const std::string& b : bodies) events.push_back(*parse_webhook(b));
+  std::vector<WebhookDelivery> batch;
+  for (std::size_t i = 0; i < bodies.size(); ++i) {
+    batch.push_back({.event = &events[i], .trace_id = "t", .raw_body = bodies[i]});
+  }
+  const std::vector<absl::StatusOr<RecordResult>> answers =
+      record_webhook_events(*conn_, schema_, batch);
+  ASSERT_EQ(answers.size(), bodies.size());
+  EXPECT_EQ(*answers[0], RecordResult::kAccepted);
+  EXPECT_EQ(*answers[1], RecordResult::kDuplicate);
+  EXPECT_EQ(answers[2].status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(answers[3].status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(answers[4].status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(*answers[5], RecordResult::kUnmatchedAddress);
+  EXPECT_EQ(*answers[6], RecordResult::kAccepted);
+  EXPECT_EQ(*answers[7], RecordResult::kDuplicate);
+  EXPECT_EQ(
+      scalar("SELECT string_agg(event_id || ' ' || status || ' ' || trim_scale(amount)::text, "
+             "', ' ORDER BY event_id) FROM {schema}.payment_events WHERE event_id <> 'pre'"),
+      "b1 pending 2, b5 pending 4");
+  EXPECT_EQ(count("SELECT count(DISTINCT created_at) FROM {schema}.payment_events "
+                  "WHERE event_id IN ('b1', 'b5')"),
+            1)
+      << "one transaction";
+  EXPECT_EQ(balance(1), "0") << "recorded, not applied";
+
+  // Out of bounds: refused, each, and nothing sent.
+  EXPECT_THAT(record_webhook_events(*conn_, schema_, {}), ::testing::IsEmpty());
+  const std::vector<WebhookDelivery> too_many(kMaxRecordBatch + 1, batch[6]);
+  for (const absl::StatusOr<RecordResult>& a : record_webhook_events(*conn_, schema_, too_many)) {
+    EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(a.status().message(), ::testing::HasSubstr("1..64"));
+  }
+
+  // A batch that fails as a whole: every answer retryable, nothing written.
+  LostConnection lost(*conn_);
+  const WebhookEvent fresh = *parse_webhook(
+      R"({"event_id":"b6","event_type":"deposit","amount":"1","to_address":"0xaaa"})");
+  const std::vector<WebhookDelivery> doomed = {{.event = &fresh}, {.event = &fresh}};
+  for (const absl::StatusOr<RecordResult>& a : record_webhook_events(lost, schema_, doomed)) {
+    EXPECT_EQ(a.status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_TRUE(is_retryable(a.status()));
+  }
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE event_id = 'b6'"), 0);
+}
+
 class IntakeAssets : public Intake {
  protected:
   void SetUp() override {

@@ -12,8 +12,10 @@
 //   absl::StatusOr<RecordResult> r = record_webhook_event(conn, schema, *e, trace_id, raw_body);
 //   // kAlreadyExists -> 409; kAccepted / kDuplicate / kUnmatchedAddress -> 200
 //
-// A server with many concurrent deliveries records them through one
-// RecordBatcher instead (group commit: one transaction for many, below).
+// A server with many concurrent deliveries records them together (group
+// commit: one transaction for many, below): through one RecordBatcher, whose
+// callers block while the first of them records for all, or by gathering
+// them itself and calling record_webhook_events() for each batch.
 //
 // Guarantees: the signature is checked over the raw bytes (a re-serialised
 // body fails) in constant time; a secret under 32 bytes refuses to start.
@@ -29,6 +31,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -151,6 +154,31 @@ constexpr const auto& enum_names(RecordResult) { return kRecordResultNames; }
 // subtransaction cache overflows and slows every session's snapshots.
 inline constexpr std::size_t kMaxRecordBatch = 64;
 
+// One delivery for record_webhook_events(); the views must outlive the call.
+struct WebhookDelivery {
+  const WebhookEvent* event = nullptr;
+  std::string_view trace_id;
+  std::string_view raw_body;
+};
+
+// record_webhook_events()
+//
+// Records `deliveries` (1..kMaxRecordBatch of them) in one transaction — one
+// statement, one commit, one notification — and returns one answer per
+// delivery, in order: the answer record_webhook_event() would have given it
+// alone (a refused delivery is refused alone; the others are recorded), with
+// RecordBatcher's one exception below (a retryable kAborted for a delivery
+// PostgreSQL picks to break two batches' wait on each other). If the batch
+// fails as a whole (a lost connection, an in-doubt commit, a timeout), every
+// answer is that retryable status and none of the deliveries may be
+// acknowledged; recording them again answers kDuplicate for what did commit.
+// More than kMaxRecordBatch deliveries, or an empty span: kInvalidArgument
+// for each (nothing is sent). This is the group commit's whole database
+// side, for a host that gathers deliveries itself (RecordBatcher gathers
+// blocking callers; examples/webhook_intake gathers asynchronously).
+[[nodiscard]] std::vector<absl::StatusOr<RecordResult>> record_webhook_events(
+    Connection& conn, const Schema& schema, std::span<const WebhookDelivery> deliveries);
+
 struct RecordBatcherOptions {
   Schema schema = kDefaultSchema;
   // The longest the first delivery of a batch waits for others; zero
@@ -197,9 +225,7 @@ class RecordBatcher {
 
  private:
   struct Delivery {
-    const WebhookEvent* event;
-    std::string_view trace_id;
-    std::string_view raw_body;
+    WebhookDelivery delivery;
     absl::StatusOr<RecordResult> result = absl::UnknownError("not recorded");
   };
   struct Batch {
@@ -211,7 +237,6 @@ class RecordBatcher {
   void record_all(Connection& conn, const std::vector<Delivery*>& deliveries) const;
 
   RecordBatcherOptions options_;
-  std::string sql_;
   Mutex mu_;
   std::shared_ptr<Batch> open_ ABSL_GUARDED_BY(mu_);
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;  // batches being recorded
