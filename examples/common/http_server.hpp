@@ -15,9 +15,13 @@
 // - Handlers (which may block on the database) run on their own thread pool,
 //   one request per connection at a time; an exception in one becomes a 500
 //   with a generic body and is logged, its text never sent.
+// - Or, for a front door that must not spend a thread per waiting request,
+//   an AsyncHandler: called on the I/O thread that read the request, it must
+//   not block; it answers now or later, from any thread, through the
+//   Responder it is given (dropped unanswered, the Responder answers 500).
 //
 // Thread-safety: start() and stop() from one thread; the handler is called
-// from several pool threads at once.
+// from several threads at once.
 #ifndef IDEMLEDGER_EXAMPLES_COMMON_HTTP_SERVER_HPP
 #define IDEMLEDGER_EXAMPLES_COMMON_HTTP_SERVER_HPP
 
@@ -79,6 +83,32 @@ struct Response {
 
 using Handler = std::function<Response(const Request&)>;
 
+// Sends one request's answer, once, from any thread. Destroyed without
+// having answered (a handler that forgot, or threw), it answers 500: no
+// client waits for an answer nobody will give.
+class Responder {
+ public:
+  using Send = std::function<void(Response)>;
+  explicit Responder(Send send) : send_(std::move(send)) {}
+  Responder(Responder&& other) noexcept : send_(std::exchange(other.send_, nullptr)) {}
+  Responder& operator=(Responder&&) = delete;
+  Responder(const Responder&) = delete;
+  Responder& operator=(const Responder&) = delete;
+  ~Responder() {
+    if (send_) send_(Response{.status = 500, .body = R"({"error":"internal error"})"});
+  }
+  void operator()(Response response) {
+    if (Send send = std::exchange(send_, nullptr)) send(std::move(response));
+  }
+
+ private:
+  Send send_;
+};
+
+// The request is the handler's to keep (its `headers` are valid during the
+// call only); the Responder answers it.
+using AsyncHandler = std::function<void(Request, Responder)>;
+
 // What a request's header alone decides, before any of its body is read:
 // nullopt to go on and read the body, else the refusal to answer with.
 // Pure, so it is fuzzed on its own (tests/fuzz).
@@ -111,7 +141,9 @@ class Server {
       : name_(std::move(name)),
         limits_(limits),
         handler_(std::move(handler)),
-        handlers_(handler_threads) {}
+        handlers_(std::make_unique<asio::thread_pool>(handler_threads)) {}
+  Server(std::string name, Limits limits, AsyncHandler handler)
+      : name_(std::move(name)), limits_(limits), async_handler_(std::move(handler)) {}
   ~Server() { stop(); }
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
@@ -145,7 +177,7 @@ class Server {
     while (busy_.load() > 0 && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    handlers_.join();
+    if (handlers_) handlers_->join();
     io_.stop();
     for (std::thread& t : io_threads_) t.join();
     io_threads_.clear();
@@ -238,7 +270,8 @@ class Server {
       timer_.cancel();
       ++server_.busy_;
       auto request = std::make_shared<bhttp::request<bhttp::string_body>>(parser_->release());
-      asio::post(server_.handlers_, [self = shared_from_this(), request] {
+      if (server_.async_handler_) return dispatch_async(*request);
+      asio::post(*server_.handlers_, [self = shared_from_this(), request] {
         Response response;
         try {
           Request r{.method = std::string(request->method_string()),
@@ -261,6 +294,30 @@ class Server {
                      self->write(std::move(response), close_after, /*answers_dispatched=*/true);
                    });
       });
+    }
+
+    // On this session's executor: the handler takes the request here, and
+    // its answer comes back here from whichever thread gives it.
+    void dispatch_async(bhttp::request<bhttp::string_body>& request) {
+      const bool close_after = !request.keep_alive();
+      Responder respond([self = shared_from_this(), close_after](Response response) {
+        asio::dispatch(self->socket_.get_executor(),
+                       [self, response = std::move(response), close_after]() mutable {
+                         self->write(std::move(response), close_after, /*answers_dispatched=*/true);
+                       });
+      });
+      try {
+        server_.async_handler_(Request{.method = std::string(request.method_string()),
+                                       .target = std::string(request.target()),
+                                       .peer = peer_,
+                                       .body = std::move(request.body()),
+                                       .headers = &request.base()},
+                               std::move(respond));
+      } catch (const std::exception& e) {  // `respond`, if still here, answers 500
+        log("error", {{"msg", "handler failed"}, {"server", server_.name_}, {"error", e.what()}});
+      } catch (...) {
+        log("error", {{"msg", "handler failed"}, {"server", server_.name_}});
+      }
     }
 
     static Response generic(int status, const char* why) {
@@ -402,10 +459,11 @@ class Server {
   const std::string name_;
   const Limits limits_;
   const Handler handler_;
+  const AsyncHandler async_handler_;
   asio::io_context io_;
   tcp::acceptor acceptor_{asio::make_strand(io_)};
   asio::steady_timer accept_pause_{acceptor_.get_executor()};
-  asio::thread_pool handlers_;
+  std::unique_ptr<asio::thread_pool> handlers_;  // for a Handler; none for an AsyncHandler
   std::vector<std::thread> io_threads_;
 };
 

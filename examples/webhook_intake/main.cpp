@@ -25,7 +25,7 @@
 // chosen port is logged), IDEMLEDGER_ADMIN_LISTEN ([host:]port, 127.0.0.1:0),
 // IDEMLEDGER_TIMESTAMP_TOLERANCE_S (0 = unsigned timestamps not required),
 // IDEMLEDGER_RATE_LIMIT_RPS (per provider, 200), IDEMLEDGER_HTTP_THREADS
-// (handler threads = database sessions, 16), IDEMLEDGER_IO_THREADS (2),
+// (recorder threads = database sessions, 16), IDEMLEDGER_IO_THREADS (2),
 // IDEMLEDGER_MAX_CONNECTIONS (1024), IDEMLEDGER_REQUEST_TIMEOUT_MS (10000),
 // IDEMLEDGER_PREPARED_STATEMENTS (1; 0 behind PgBouncer < 1.21),
 // IDEMLEDGER_GROUP_COMMIT_MAX (deliveries per transaction, 32; 0 = each its
@@ -35,19 +35,17 @@
 // the schema and the secret are checked at startup (exit 2 naming the rule).
 // SIGTERM stops accepting and drains.
 #include <algorithm>
-#include <atomic>
-#include <optional>
 #include <random>
-#include <thread>
 
 #include "../common/http_server.hpp"
 #include "../common/metrics.hpp"
 #include "../common/service.hpp"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
-#include "absl/synchronization/mutex.h"
 #include "idemledger.hpp"
+#include "idemledger/core/mutex.hpp"
 #include "idemledger/pg/pool.hpp"
+#include "recorder.hpp"
 
 namespace {
 
@@ -58,7 +56,7 @@ class RateLimiter {
  public:
   explicit RateLimiter(long rate) : rate_(rate) {}
   bool allow(const std::string& client) {
-    absl::MutexLock lock(&mu_);
+    idemledger::MutexLock lock(&mu_);
     const absl::Time now = absl::Now();
     if (buckets_.size() >= kMaxClients && !buckets_.contains(client)) {
       absl::erase_if(buckets_,
@@ -82,7 +80,7 @@ class RateLimiter {
     absl::Time updated;
   };
   const long rate_;
-  absl::Mutex mu_;
+  idemledger::Mutex mu_;
   absl::flat_hash_map<std::string, Bucket> buckets_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -159,14 +157,6 @@ int run() {
                                            static_cast<long>(idemledger::kMaxRecordBatch));
   const long group_ms = example::env_long("IDEMLEDGER_GROUP_COMMIT_MS", 2, 0, 100);
   const long group_in_flight = example::env_long("IDEMLEDGER_GROUP_COMMIT_IN_FLIGHT", 1, 0, 8);
-  std::optional<idemledger::RecordBatcher> batcher;
-  if (group_max > 0) {
-    batcher.emplace(
-        idemledger::RecordBatcherOptions{.schema = schema,
-                                         .max_wait = absl::Milliseconds(group_ms),
-                                         .max_batch = static_cast<std::size_t>(group_max),
-                                         .max_in_flight = static_cast<int>(group_in_flight)});
-  }
   RateLimiter limiter(rate);
   prometheus::Registry registry;
   idemledger::LedgerMetrics queue_metrics(registry);
@@ -177,55 +167,77 @@ int run() {
         .Increment();
   };
 
-  const auto webhook = [&](const example::http::Request& req) -> example::http::Response {
+  // A delivery's answer, whichever thread gives it: counted, logged with
+  // what the handler learnt, and sent with its trace id.
+  struct Reply {
+    std::string trace_id;
+    nlohmann::json log;
+    example::http::Responder respond;
+  };
+  const auto answer = [&count_request](Reply& reply, int status, nlohmann::json body) {
+    count_request(status, body.value("result", "refused"));
+    body["trace_id"] = reply.trace_id;
+    reply.log["status"] = status;
+    reply.log.update(body);
+    example::log(status >= 500 ? "error" : "info", reply.log);
+    example::http::Response r = json_response(status, body);
+    r.headers.emplace_back("X-Request-ID", reply.trace_id);
+    reply.respond(std::move(r));
+  };
+  const auto recorded_answer = [&answer](Reply& reply,
+                                         const absl::StatusOr<idemledger::RecordResult>& recorded) {
+    if (recorded.ok())
+      return answer(reply, 200, {{"result", std::string(idemledger::to_string(*recorded))}});
+    switch (recorded.status().code()) {
+      case absl::StatusCode::kAlreadyExists:  // what was recorded is not the sender's to read
+        reply.log["detail"] = public_text(recorded.status());
+        return answer(
+            reply, 409,
+            {{"error", "conflicting replay: this event id was recorded with other content"}});
+      case absl::StatusCode::kNotFound:            // unknown user
+      case absl::StatusCode::kInvalidArgument:     // unknown asset, too many decimals
+      case absl::StatusCode::kFailedPrecondition:  // disabled asset
+        return answer(reply, 400, {{"error", public_text(recorded.status())}});
+      default:
+        reply.log["detail"] = recorded.status().ToString();  // for the operator, not the sender
+        return answer(reply, 503, {{"error", "temporarily unavailable; retry"}});  // it redelivers
+    }
+  };
+
+  // Declared after what its callbacks use, before what submits to it.
+  example::Recorder recorder(
+      pool, {.schema = schema,
+             .threads = static_cast<int>(threads),
+             .max_batch = static_cast<std::size_t>(std::max<long>(group_max, 1)),
+             .max_wait = absl::Milliseconds(group_max > 0 ? group_ms : 0),
+             .max_in_flight = group_max > 0 ? static_cast<int>(group_in_flight) : 1});
+
+  // On the I/O thread that read the request: everything up to the record is
+  // CPU only, and the record is the recorder's.
+  const auto webhook = [&](example::http::Request req, example::http::Responder respond) {
     std::string trace_id = req.header("X-Request-ID");
     if (!is_plain_trace_id(trace_id)) trace_id = new_trace_id();
-    nlohmann::json log = {{"msg", "webhook"}, {"trace_id", trace_id}, {"client", req.peer}};
-    const auto answer = [&](int status, nlohmann::json body) {
-      count_request(status, body.value("result", "refused"));
-      body["trace_id"] = trace_id;
-      log["status"] = status;
-      log.update(body);
-      example::log(status >= 500 ? "error" : "info", log);
-      example::http::Response r = json_response(status, body);
-      r.headers.emplace_back("X-Request-ID", trace_id);
-      return r;
-    };
-    if (req.method != "POST") return answer(405, {{"error", "POST only"}});
+    Reply reply{.trace_id = trace_id,
+                .log = {{"msg", "webhook"}, {"trace_id", trace_id}, {"client", req.peer}},
+                .respond = std::move(respond)};
+    if (req.method != "POST") return answer(reply, 405, {{"error", "POST only"}});
     // The signature is checked over the raw bytes, before any parsing, and
     // before the rate limit: a flood without the secret spends nobody's budget.
     if (absl::Status s = verifier->verify(req.body, req.header("X-Signature"),
                                           req.header("X-Timestamp"), absl::Now());
         !s.ok()) {
-      return answer(401, {{"error", public_text(s)}});
+      return answer(reply, 401, {{"error", public_text(s)}});
     }
-    if (!limiter.allow("provider")) return answer(429, {{"error", "rate limit exceeded"}});
+    if (!limiter.allow("provider")) return answer(reply, 429, {{"error", "rate limit exceeded"}});
     absl::StatusOr<idemledger::WebhookEvent> event = idemledger::parse_webhook(req.body);
-    if (!event.ok()) return answer(400, {{"error", public_text(event.status())}});
-    log["event_id"] = event->event_id;
+    if (!event.ok()) return answer(reply, 400, {{"error", public_text(event.status())}});
+    reply.log["event_id"] = event->event_id;
     // 200 only after the transaction holding this delivery committed.
-    absl::StatusOr<idemledger::RecordResult> recorded = idemledger::with_retries(
-        {.max_attempts = 4}, [&]() -> absl::StatusOr<idemledger::RecordResult> {
-          absl::StatusOr<idemledger::pg::PooledConnection> conn = pool.acquire();
-          if (!conn.ok()) return conn.status();
-          if (batcher) return batcher->record(**conn, *event, trace_id, req.body);
-          return idemledger::record_webhook_event(**conn, schema, *event, trace_id, req.body);
-        });
-    if (recorded.ok())
-      return answer(200, {{"result", std::string(idemledger::to_string(*recorded))}});
-    switch (recorded.status().code()) {
-      case absl::StatusCode::kAlreadyExists:  // what was recorded is not the sender's to read
-        log["detail"] = public_text(recorded.status());
-        return answer(
-            409, {{"error", "conflicting replay: this event id was recorded with other content"}});
-      case absl::StatusCode::kNotFound:            // unknown user
-      case absl::StatusCode::kInvalidArgument:     // unknown asset, too many decimals
-      case absl::StatusCode::kFailedPrecondition:  // disabled asset
-        return answer(400, {{"error", public_text(recorded.status())}});
-      default:
-        log["detail"] = recorded.status().ToString();  // for the operator, not the sender
-        return answer(503, {{"error", "temporarily unavailable; retry"}});  // it redelivers
-    }
+    recorder.submit(*std::move(event), std::move(trace_id), std::move(req.body),
+                    [&recorded_answer, reply = std::move(reply)](
+                        const absl::StatusOr<idemledger::RecordResult>& recorded) mutable {
+                      recorded_answer(reply, recorded);
+                    });
   };
   const auto admin = [&](const example::http::Request& req) -> example::http::Response {
     if (req.method != "GET") return json_response(405, {{"error", "GET only"}});
@@ -241,11 +253,11 @@ int run() {
     return json_response(404, {{"error", "not found"}});
   };
 
-  example::http::Server server("webhook", limits, static_cast<std::size_t>(threads),
-                               [&](const example::http::Request& req) {
+  example::http::Server server("webhook", limits,
+                               [&](example::http::Request req, example::http::Responder respond) {
                                  if (req.target != "/webhooks/payments")
-                                   return json_response(404, {{"error", "not found"}});
-                                 return webhook(req);
+                                   return respond(json_response(404, {{"error", "not found"}}));
+                                 webhook(std::move(req), std::move(respond));
                                });
   example::http::Server admin_server("admin", {.max_body = 0, .max_connections = 64}, 2, admin);
   example::install_stop_handlers();
@@ -257,7 +269,8 @@ int run() {
                         {"admin_port", admin_bound},
                         {"schema", schema.name()}});
   while (!example::stop_requested) absl::SleepFor(absl::Milliseconds(100));
-  server.stop();  // stops accepting; requests in hand finish
+  server.stop();    // stops accepting; requests in hand finish
+  recorder.stop();  // (all of them answered by now, unless the grace ran out)
   admin_server.stop();
   example::log("info", {{"msg", "stopped"}, {"usage", example::resource_usage()}});
   return 0;
