@@ -24,8 +24,8 @@
 // bytes), IDEMLEDGER_SCHEMA (idemledger), IDEMLEDGER_LISTEN_PORT (0 = any; the
 // chosen port is logged), IDEMLEDGER_ADMIN_LISTEN ([host:]port, 127.0.0.1:0),
 // IDEMLEDGER_TIMESTAMP_TOLERANCE_S (0 = unsigned timestamps not required),
-// IDEMLEDGER_RATE_LIMIT_RPS (per provider, 200), IDEMLEDGER_HTTP_THREADS
-// (recorder threads = database sessions, 16), IDEMLEDGER_IO_THREADS (2),
+// IDEMLEDGER_RATE_LIMIT_RPS (per provider, 200), IDEMLEDGER_RECORDER_THREADS
+// (threads that record = database sessions, 4), IDEMLEDGER_IO_THREADS (2),
 // IDEMLEDGER_MAX_CONNECTIONS (1024), IDEMLEDGER_REQUEST_TIMEOUT_MS (10000),
 // IDEMLEDGER_PREPARED_STATEMENTS (1; 0 behind PgBouncer < 1.21),
 // IDEMLEDGER_GROUP_COMMIT_MAX (deliveries per transaction, 32; 0 = each its
@@ -135,7 +135,14 @@ int run() {
   const auto [admin_host, admin_port] = admin_listen();
   const long tolerance_s = example::env_long("IDEMLEDGER_TIMESTAMP_TOLERANCE_S", 0, 0, 86400);
   const long rate = example::env_long("IDEMLEDGER_RATE_LIMIT_RPS", 200, 1, 1'000'000);
-  const long threads = example::env_long("IDEMLEDGER_HTTP_THREADS", 16, 1, 256);
+  // Until stop 36 handler threads waited here, one per delivery; a setting
+  // for them would now mean nothing, so it stops the start instead.
+  if (std::getenv("IDEMLEDGER_HTTP_THREADS") != nullptr) {
+    example::config_error(
+        "IDEMLEDGER_HTTP_THREADS is gone: no thread waits per delivery any more; "
+        "IDEMLEDGER_RECORDER_THREADS sets how many record (1..64, 4)");
+  }
+  const long threads = example::env_long("IDEMLEDGER_RECORDER_THREADS", 4, 1, 64);
   const long io_threads = example::env_long("IDEMLEDGER_IO_THREADS", 2, 1, 64);
   const example::http::Limits limits{.max_body = idemledger::kMaxWebhookBodyLength,
                                      .request_timeout = std::chrono::milliseconds(example::env_long(

@@ -8,9 +8,11 @@
 // max_in_flight batches are being recorded; otherwise it gathers until one
 // of those commits, max_batch deliveries wait, or the oldest has waited
 // max_wait: RecordBatcher's rule, run by the recorder's threads instead of
-// by blocked callers. So a delivery costs no thread hand-off of its own:
-// one wake-up of a recorder per batch, and its answer goes back to its
-// connection's I/O thread.
+// by blocked callers. One recorder gathers at a time while the others
+// record or sleep, so a submit wakes at most the gatherer, never every idle
+// thread. A delivery costs no thread hand-off of its own: one wake-up of a
+// recorder per batch, and its answer goes back to its connection's I/O
+// thread.
 //
 // Guarantees: a callback is called once, only after the transaction holding
 // its delivery committed (or with the status that says it may not be
@@ -98,16 +100,22 @@ class Recorder {
     for (;;) {
       {
         idemledger::MutexLock lock(&mu_);
+        // One recorder gathers at a time; the others sleep until it has
+        // taken its batch (a submit wakes one thread, not every idle one).
         mu_.AwaitWithDeadline(
-            [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stopping_ || !queue_.empty(); },
+            [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+              return stopping_ || (!gathering_ && !queue_.empty());
+            },
             absl::InfiniteFuture());
         if (queue_.empty()) return;  // stopping, and nothing left
+        gathering_ = true;
         mu_.AwaitWithDeadline(
             [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
               return stopping_ || queue_.size() >= options_.max_batch ||
                      in_flight_ < options_.max_in_flight;
             },
             queue_.front().since + options_.max_wait);
+        gathering_ = false;
         if (queue_.empty()) continue;  // another recorder took it meanwhile
         const std::size_t n = std::min(queue_.size(), options_.max_batch);
         for (std::size_t i = 0; i < n; ++i) {
@@ -170,6 +178,7 @@ class Recorder {
   idemledger::Mutex mu_;  // (absl::Mutex is invisible to TSan here: core/mutex.hpp)
   std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  bool gathering_ ABSL_GUARDED_BY(mu_) = false;  // a recorder is gathering the next batch
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 };

@@ -335,6 +335,11 @@ TEST_F(IntakeAttacks, ABadConfigurationStopsItBeforeItListens) {
       {ours + "IDEMLEDGER_GROUP_COMMIT_MS='2; rm -rf /'", "IDEMLEDGER_GROUP_COMMIT_MS"},
       {ours + "IDEMLEDGER_GROUP_COMMIT_IN_FLIGHT=9", "IDEMLEDGER_GROUP_COMMIT_IN_FLIGHT"},
       {ours + "IDEMLEDGER_GROUP_COMMIT_IN_FLIGHT=-1", "IDEMLEDGER_GROUP_COMMIT_IN_FLIGHT"},
+      // Recorder threads: 1..64. The handler threads' old setting means
+      // nothing now, so it is refused rather than silently ignored.
+      {ours + "IDEMLEDGER_RECORDER_THREADS=0", "IDEMLEDGER_RECORDER_THREADS"},
+      {ours + "IDEMLEDGER_RECORDER_THREADS=65", "IDEMLEDGER_RECORDER_THREADS"},
+      {ours + "IDEMLEDGER_HTTP_THREADS=16", "IDEMLEDGER_RECORDER_THREADS"},
   };
   for (const auto& [env, variable] : refused) {
     const Finished f =
