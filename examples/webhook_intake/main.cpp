@@ -135,8 +135,8 @@ int run() {
   const auto [admin_host, admin_port] = admin_listen();
   const long tolerance_s = example::env_long("IDEMLEDGER_TIMESTAMP_TOLERANCE_S", 0, 0, 86400);
   const long rate = example::env_long("IDEMLEDGER_RATE_LIMIT_RPS", 200, 1, 1'000'000);
-  // Until stop 36 handler threads waited here, one per delivery; a setting
-  // for them would now mean nothing, so it stops the start instead.
+  // This intake once had handler threads, one waiting per delivery; a
+  // setting for them would now mean nothing, so it stops the start instead.
   if (std::getenv("IDEMLEDGER_HTTP_THREADS") != nullptr) {
     example::config_error(
         "IDEMLEDGER_HTTP_THREADS is gone: no thread waits per delivery any more; "

@@ -18,10 +18,13 @@
 // its delivery committed (or with the status that says it may not be
 // acknowledged). A retryable refusal — a lost session, an in-doubt commit,
 // PostgreSQL breaking two batches' wait on each other — is recorded again,
-// by the same recorder thread after a full-jitter pause, at most `attempts`
-// tries in all (with_retries' rule, keyed by event id: a retry answers
-// kDuplicate for what did commit), before its callback gets the status.
-// stop() records everything submitted before it, then joins.
+// by the same recorder thread after a full-jitter pause, at most
+// retry.max_attempts tries (4) within retry.budget (with_retries' rule,
+// keyed by event id: a retry answers kDuplicate for what did commit),
+// before its callback gets the status. stop() records everything submitted
+// before it, then joins. The queue holds at most one delivery per open
+// connection (the server reads a connection's next request only after
+// answering this one), so the server's max_connections bounds it.
 //
 // Thread-safety: submit() from any thread; stop() from one.
 #ifndef IDEMLEDGER_EXAMPLES_WEBHOOK_INTAKE_RECORDER_HPP
