@@ -274,12 +274,7 @@ class Server {
       asio::post(*server_.handlers_, [self = shared_from_this(), request] {
         Response response;
         try {
-          Request r{.method = std::string(request->method_string()),
-                    .target = std::string(request->target()),
-                    .peer = self->peer_,
-                    .body = std::move(request->body()),
-                    .headers = &request->base()};
-          response = self->server_.handler_(r);
+          response = self->server_.handler_(self->request_of(*request));
         } catch (const std::exception& e) {
           log("error",
               {{"msg", "handler failed"}, {"server", self->server_.name_}, {"error", e.what()}});
@@ -296,6 +291,16 @@ class Server {
       });
     }
 
+    // What a handler sees of `request` (its body moved out; its headers
+    // borrowed, valid while `request` lives).
+    Request request_of(bhttp::request<bhttp::string_body>& request) const {
+      return Request{.method = std::string(request.method_string()),
+                     .target = std::string(request.target()),
+                     .peer = peer_,
+                     .body = std::move(request.body()),
+                     .headers = &request.base()};
+    }
+
     // On this session's executor: the handler takes the request here, and
     // its answer comes back here from whichever thread gives it.
     void dispatch_async(bhttp::request<bhttp::string_body>& request) {
@@ -307,12 +312,7 @@ class Server {
                        });
       });
       try {
-        server_.async_handler_(Request{.method = std::string(request.method_string()),
-                                       .target = std::string(request.target()),
-                                       .peer = peer_,
-                                       .body = std::move(request.body()),
-                                       .headers = &request.base()},
-                               std::move(respond));
+        server_.async_handler_(request_of(request), std::move(respond));
       } catch (const std::exception& e) {  // `respond`, if still here, answers 500
         log("error", {{"msg", "handler failed"}, {"server", server_.name_}, {"error", e.what()}});
       } catch (...) {

@@ -155,21 +155,14 @@ class Recorder {
         for (Item* item : open) item->answer = conn.status();
         return conn.status();
       }
-      if (options_.max_batch == 1) {
-        for (Item* item : open) {
-          item->answer = idemledger::record_webhook_event(**conn, options_.schema, item->event,
-                                                          item->trace_id, item->raw_body);
-        }
-      } else {
-        deliveries.clear();
-        for (const Item* item : open) {
-          deliveries.push_back(
-              {.event = &item->event, .trace_id = item->trace_id, .raw_body = item->raw_body});
-        }
-        std::vector<absl::StatusOr<idemledger::RecordResult>> answers =
-            idemledger::record_webhook_events(**conn, options_.schema, deliveries);
-        for (std::size_t i = 0; i < open.size(); ++i) open[i]->answer = std::move(answers[i]);
+      deliveries.clear();
+      for (const Item* item : open) {
+        deliveries.push_back(
+            {.event = &item->event, .trace_id = item->trace_id, .raw_body = item->raw_body});
       }
+      std::vector<absl::StatusOr<idemledger::RecordResult>> answers =
+          idemledger::record_webhook_events(**conn, options_.schema, deliveries);
+      for (std::size_t i = 0; i < open.size(); ++i) open[i]->answer = std::move(answers[i]);
       std::erase_if(
           open, [](const Item* item) { return !idemledger::is_retryable(item->answer.status()); });
       return open.empty() ? absl::OkStatus() : open.front()->answer.status();
