@@ -375,6 +375,9 @@ run_service() {
 echo "service: webhook_intake + 2 outbox_worker processes, ${SIM_EVENTS:=10000} events, deposits only, then the demo's mix" >&2
 # Deposits only, no notifications: what the bare loop does, behind HTTP and the queue.
 run_service deposits SIM_DEPOSITS_ONLY=1 DEMO_RELAYS=0
+# The same with each claim committed before its apply (two commits per claim,
+# as before run_once() claimed and applied in one transaction).
+run_service apart SIM_DEPOSITS_ONLY=1 DEMO_RELAYS=0 IDEMLEDGER_APPLY_WITH_CLAIM=0
 # The demo as README command 1 runs it: every kind of event, notifications
 # relayed to the mock API through its 6 s outage, all on these 2 cores.
 run_service mix
@@ -382,9 +385,12 @@ printf '\nService end to end (same server, same run; %s events, each delivered 1
 printf 'intake and 2 workers, the mix also 2 relays and the mock API; all of it and the provider on this machine)\n'
 printf '%-40s %10s %9s %9s\n' workload "events/s" "p50 ms" "p99 ms"
 printf '%-40s %10s %9s %9s\n' "webhook -> confirmed, deposits only" "${svc[deposits_tps]}" "${svc[deposits_p50]}" "${svc[deposits_p99]}"
+printf '%-40s %10s %9s %9s\n' "  ... the claim committed first" "${svc[apart_tps]}" "${svc[apart_p50]}" "${svc[apart_p99]}"
 printf '%-40s %10s %9s %9s\n' "webhook -> confirmed, demo mix + relays" "${svc[mix_tps]}" "${svc[mix_p50]}" "${svc[mix_p99]}"
 printf '%-40s %10s\n' "bare process_deposit (above)" "${tps[idemledger]}"
 printf '%-40s %10s\n' "service (deposits) / bare" "$(ratio "${svc[deposits_tps]}" "${tps[idemledger]}")"
+printf '%-40s %10s %10s\n' "  claim and apply in one commit / apart" "$(ratio "${svc[deposits_tps]}" "${svc[apart_tps]}")" \
+  "server µs ${svc[deposits_server]} / ${svc[apart_server]}"
 
 # The ceiling, from the figures measured above. Its first line is what the
 # service cannot avoid on these cores: the load generator runs here, and every

@@ -2,13 +2,15 @@
 // sweeps expired holds.
 //
 // N threads, each with its own connection: claim a batch of due pending
-// events (SKIP LOCKED, leased), apply each through the Ledger, log one JSON
+// events (SKIP LOCKED, leased) and apply it through the Ledger in the same
+// transaction (Dispatcher::run_once: one commit for both), log one JSON
 // line per event with the trace id intake assigned, then wait for a NOTIFY
 // (or the poll interval). Thread 0 also returns expired leases to the queue
 // and drains the dead-letter spool. SIGTERM: finish the batch in hand, exit.
 //
 // Configuration (environment): IDEMLEDGER_DSN, IDEMLEDGER_SCHEMA (idemledger),
 // IDEMLEDGER_WORKER_THREADS (2), IDEMLEDGER_BATCH_SIZE (32), IDEMLEDGER_APPLY_IN_BATCHES (1),
+// IDEMLEDGER_APPLY_WITH_CLAIM (1; 0: the claim commits before the apply),
 // IDEMLEDGER_LEASE_MS (30000), IDEMLEDGER_POLL_MS (500), IDEMLEDGER_CLAIM_LINGER_MS (10: after
 // a short claim, let events gather this long before the next),
 // IDEMLEDGER_RETRY_BASE_MS (1000), IDEMLEDGER_DLQ_SPOOL (./dead_letters.spool),
@@ -85,6 +87,7 @@ int main() {
                    example::env_long("IDEMLEDGER_FINALITY_RECHECK_MS", 15'000, 10, 3'600'000)),
                .log = &logs,
                .apply_in_batches = example::env_long("IDEMLEDGER_APPLY_IN_BATCHES", 1, 0, 1) == 1,
+               .apply_with_claim = example::env_long("IDEMLEDGER_APPLY_WITH_CLAIM", 1, 0, 1) == 1,
                .claim_linger = absl::Milliseconds(
                    example::env_long("IDEMLEDGER_CLAIM_LINGER_MS", 10, 0, 1'000))});
   // One connection per worker thread, one more for scrapes.
@@ -129,15 +132,21 @@ int main() {
           }
           next_maintenance = absl::Now() + absl::Seconds(1);
         }
-        absl::StatusOr<std::vector<idemledger::ClaimedEvent>> claimed = dispatcher.claim(**conn);
-        if (!claimed.ok()) break;
-        // Finished even if SIGTERM arrives; logs one line per event.
-        (void)dispatcher.process_all(**conn, *claimed);
-        processed += static_cast<long>(claimed->size());
-        if (claimed->empty()) {
+        // Claims and applies in one commit; finished even if SIGTERM
+        // arrives; logs one line per event. A failure leaves the events to
+        // their leases (or, rolled back, pending): a dead session is replaced.
+        absl::StatusOr<int> claimed = dispatcher.run_once(**conn);
+        if (!claimed.ok()) {
+          if ((*conn)->is_broken()) break;
+          absl::SleepFor(absl::Milliseconds(poll_ms));
+          continue;
+        }
+        processed += *claimed;
+        if (*claimed == 0) {
           (void)dispatcher.wait_for_work(**conn, absl::Milliseconds(poll_ms));
         } else {
-          absl::SleepFor(dispatcher.linger_after(claimed->size()));  // let the next claim fill
+          // Let the next claim fill.
+          absl::SleepFor(dispatcher.linger_after(static_cast<std::size_t>(*claimed)));
         }
       }
     }

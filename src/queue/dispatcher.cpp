@@ -74,7 +74,7 @@ std::string reason_for(const absl::Status& failure) {
 }  // namespace
 
 Dispatcher::Dispatcher(const Ledger& ledger, DispatcherOptions options)
-    : ledger_(ledger), options_(std::move(options)) {}
+    : ledger_(ledger), options_(options) {}
 
 absl::StatusOr<std::vector<ClaimedEvent>> Dispatcher::claim(Connection& conn) const {
   absl::StatusOr<Result> r = conn.execute(
@@ -166,23 +166,36 @@ absl::StatusOr<Disposition> Dispatcher::settle(Connection& conn, const ClaimedEv
   return absl::InternalError("unknown ledger outcome");
 }
 
-absl::Status Dispatcher::process_together(Connection& conn,
-                                          std::span<const ClaimedEvent* const> claimed) const {
+absl::StatusOr<std::vector<absl::StatusOr<StepResult>>> Dispatcher::apply_together(
+    Connection& conn, std::span<const ClaimedEvent* const> claimed) const {
   std::vector<LedgerStep> steps;
   steps.reserve(claimed.size());
   for (const ClaimedEvent* c : claimed) steps.push_back(step_of(*c));
-  absl::StatusOr<std::vector<absl::StatusOr<StepResult>>> answers =
-      ledger_.process_steps(conn, steps);
-  if (!answers.ok() && connection_broken(answers.status())) {
+  return ledger_.process_steps(conn, steps);
+}
+
+absl::Status Dispatcher::settle_together(
+    Connection& conn, std::span<const ClaimedEvent* const> claimed,
+    std::span<const absl::StatusOr<StepResult>> answers) const {
+  for (std::size_t i = 0; i < claimed.size(); ++i) {
+    absl::StatusOr<Disposition> d =
+        measured(*claimed[i], settle(conn, *claimed[i], outcome_of(*claimed[i], answers[i])));
+    if (!d.ok() && connection_broken(d.status())) return d.status();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Dispatcher::process_together(Connection& conn,
+                                          std::span<const ClaimedEvent* const> claimed) const {
+  absl::StatusOr<std::vector<absl::StatusOr<StepResult>>> answers = apply_together(conn, claimed);
+  if (answers.ok()) return settle_together(conn, claimed, *answers);
+  if (connection_broken(answers.status())) {
     return answers.status();  // in doubt or not, the leases bring them back; the keys make it exact
   }
-  for (std::size_t i = 0; i < claimed.size(); ++i) {
-    // The batch as a whole failed (a lock or statement timeout): nothing of
-    // it was applied, and each event takes its own turn.
-    absl::StatusOr<Disposition> d =
-        answers.ok() ? measured(*claimed[i],
-                                settle(conn, *claimed[i], outcome_of(*claimed[i], (*answers)[i])))
-                     : process(conn, *claimed[i]);
+  // The batch as a whole failed (a lock or statement timeout): nothing of it
+  // was applied, and each event takes its own turn.
+  for (const ClaimedEvent* c : claimed) {
+    absl::StatusOr<Disposition> d = process(conn, *c);
     if (!d.ok() && connection_broken(d.status())) return d.status();
   }
   return absl::OkStatus();
@@ -294,6 +307,44 @@ void Dispatcher::log_disposition(const ClaimedEvent& claimed, Disposition d,
 }
 
 absl::StatusOr<int> Dispatcher::run_once(Connection& conn) const {
+  if (!options_.apply_with_claim || !options_.apply_in_batches || conn.in_transaction() ||
+      static_cast<std::size_t>(std::max(options_.batch_size, 0)) > kMaxBatchSize) {
+    return claim_then_process(conn);
+  }
+  absl::StatusOr<Transaction> tx = Transaction::begin(conn);
+  if (!tx.ok()) return tx.status();
+  absl::StatusOr<std::vector<ClaimedEvent>> batch = claim(conn);
+  if (!batch.ok()) return batch.status();  // rolled back: nothing claimed
+  const auto waits = [&](const ClaimedEvent& c) { return needs_finality(c); };
+  if (batch->empty() || std::any_of(batch->begin(), batch->end(), waits)) {
+    // Nothing to apply, or a credit the oracle must clear first, outside any
+    // transaction: the claim commits now and the rest goes as process_all()
+    // takes it.
+    if (absl::Status s = tx->commit(); !s.ok()) return s;
+    if (absl::Status s = process_all(conn, *batch); !s.ok()) return s;
+    return static_cast<int>(batch->size());
+  }
+  std::vector<const ClaimedEvent*> claimed;
+  claimed.reserve(batch->size());
+  for (const ClaimedEvent& c : *batch) claimed.push_back(&c);
+  absl::StatusOr<std::vector<absl::StatusOr<StepResult>>> answers = apply_together(conn, claimed);
+  if (!answers.ok()) {
+    // Nothing of the claim or the apply happened (the events are pending
+    // again, with no lease). A batch that fails as a whole (a lock or
+    // statement timeout) is claimed again the two-commit way, where each of
+    // its events takes its own turn.
+    (void)tx->rollback();
+    if (connection_broken(answers.status())) return answers.status();
+    return claim_then_process(conn);
+  }
+  // In doubt or rolled back: all of it or none of it, and the keys make a
+  // second apply exact.
+  if (absl::Status s = tx->commit(); !s.ok()) return s;
+  if (absl::Status s = settle_together(conn, claimed, *answers); !s.ok()) return s;
+  return static_cast<int>(batch->size());
+}
+
+absl::StatusOr<int> Dispatcher::claim_then_process(Connection& conn) const {
   absl::StatusOr<std::vector<ClaimedEvent>> batch = claim(conn);
   if (!batch.ok()) return batch.status();
   if (absl::Status s = process_all(conn, *batch); !s.ok()) return s;

@@ -469,6 +469,88 @@ TEST_F(DispatcherTest, WorkerKilledMidTransaction_EveryEventAppliedOnce) {
   close(pipe_fds[1]);
 }
 
+// run_once() claims and applies in one transaction: the claim's lease and
+// the postings carry one now() (lease_until = created_at + lease). Apart
+// (apply_with_claim off), the apply's transaction starts after the claim's.
+TEST_F(DispatcherTest, RunOnceClaimsAndAppliesInOneTransaction) {
+  open_account(1, "0");
+  record_pending(4, "2");
+  const auto sharing = [&] {
+    return count(
+        "SELECT count(*) FROM {schema}.payment_events e JOIN {schema}.balance_events b "
+        "ON b.source_event_id = e.event_id "
+        "WHERE e.status = 'confirmed' AND e.lease_until = b.created_at + interval '30 seconds'");
+  };
+  Dispatcher together(*ledger_, dispatch_options({.lease = absl::Seconds(30)}));
+  EXPECT_EQ(*together.run_once(*conn_), 4);
+  EXPECT_EQ(sharing(), 4);
+  EXPECT_EQ(balance(1), "8");
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE status = 'confirmed'"), 4);
+
+  for (int i = 0; i < 3; ++i) {
+    record_event(event("r_" + std::to_string(i), EventType::kDeposit, 1, "1"), "pending");
+  }
+  Dispatcher apart(*ledger_,
+                   dispatch_options({.lease = absl::Seconds(30), .apply_with_claim = false}));
+  EXPECT_EQ(*apart.run_once(*conn_), 3);
+  EXPECT_EQ(sharing(), 4) << "the claim committed before the apply began";
+  EXPECT_EQ(balance(1), "11");
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE status = 'confirmed'"), 7);
+  expect_reconciled();
+}
+
+// kill -9 of a worker inside run_once()'s transaction (claimed, the apply
+// waiting on an account row): the claim never committed. Other workers
+// cannot claim the events meanwhile (locked), and after the kill they are
+// pending again at once — no lease to wait out, no recovery or retry counted
+// — and applied exactly once without recover_stale().
+TEST_F(DispatcherTest, WorkerKilledBeforeTheClaimCommits_EventsPendingAtOnceAppliedOnce) {
+  constexpr int kEvents = 5;
+  open_account(1, "0");
+  record_pending(kEvents, "3");
+  const DispatcherOptions opts = dispatch_options({.lease = absl::Minutes(10)});
+  const LedgerOptions ledger_opts = options({.lock_timeout = absl::Seconds(30)});
+  std::unique_ptr<pg::Connection> holder =
+      hold_locks("SELECT 1 FROM {schema}.accounts WHERE user_id = 1 FOR NO KEY UPDATE");
+  const pid_t child = fork();
+  if (child == 0) {
+    std::unique_ptr<pg::Connection> c = connect();
+    Ledger ledger(ledger_opts);
+    Dispatcher d(ledger, opts);
+    (void)d.run_once(*c);  // blocks in the server on the held row
+    _exit(0);
+  }
+  ASSERT_EQ(lock_waiters("apply_steps", absl::Seconds(5)), 1);
+  Dispatcher d(*ledger_, opts);
+  std::unique_ptr<pg::Connection> other = connect();
+  absl::StatusOr<std::vector<ClaimedEvent>> meanwhile = d.claim(*other);
+  ASSERT_TRUE(meanwhile.ok()) << meanwhile.status();
+  EXPECT_TRUE(meanwhile->empty()) << "claimed by the worker, not yet committed";
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE status = 'pending'"),
+            kEvents);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  ASSERT_TRUE(holder->execute("ROLLBACK").ok());
+
+  // The orphaned backend finishes its statement, finds its client gone and
+  // rolls back; then the events are claimable at once.
+  int applied = 0;
+  ASSERT_TRUE(eventually(
+      [&] {
+        absl::StatusOr<int> n = d.run_once(*conn_);
+        applied += n.ok() ? *n : 0;
+        return applied == kEvents;
+      },
+      absl::Seconds(10)));
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE status = 'confirmed' AND "
+                  "retry_count = 0 AND recovery_count = 0"),
+            kEvents);
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events"), kEvents);
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.dead_letter_queue"), 0);
+  EXPECT_EQ(balance(1), std::to_string(3 * kEvents));
+  expect_reconciled();
+}
+
 // Several worker processes draining one queue of mixed events.
 TEST_F(DispatcherTest, FourWorkerProcessesDrainTheQueueExactlyOnce) {
   constexpr int kEvents = 400;

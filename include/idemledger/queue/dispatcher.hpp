@@ -1,9 +1,14 @@
 // idemledger/queue/dispatcher.hpp — PostgreSQL as the queue: claim, apply, retry, recover.
 //
 // Intake records events as `pending`; workers claim due ones with
-// FOR UPDATE SKIP LOCKED into `enqueued` under a lease, commit, then apply
-// them through the Ledger — a claim's events together in one transaction
-// (process_steps), a credit waiting for chain finality in its own: credits
+// FOR UPDATE SKIP LOCKED into `enqueued` under a lease and apply them through
+// the Ledger — a claim's events together in one transaction (process_steps),
+// a credit waiting for chain finality in its own. run_once() claims and
+// applies a claim of events that wait for nothing in ONE transaction and one
+// commit: a crash before it rolls the claim back with the apply, so the
+// events are pending again with no lease to wait out. A claim that holds a
+// credit waiting for finality commits first and is applied after (the
+// oracle is never called inside a transaction). Credits
 // and single-phase debits, and the steps of two-phase withdrawals
 // (withdrawal_requested holds, withdrawal_confirmed posts, withdrawal_failed
 // voids; a post or void the hold no longer allows ends failed with a dead
@@ -13,7 +18,7 @@
 //
 //   idemledger::Dispatcher dispatcher(ledger, {.schema = "idemledger"});
 //   for (;;) {
-//     absl::StatusOr<int> n = dispatcher.run_once(conn);   // claim + process a batch
+//     absl::StatusOr<int> n = dispatcher.run_once(conn);   // claim + apply a batch
 //     dispatcher.recover_stale(conn);                      // expired leases -> pending
 //   }
 //
@@ -30,6 +35,9 @@
 // - One bad event never rolls back another's work: events are applied one
 //   transaction each, or together in one Ledger::process_steps where each
 //   runs as if alone and a refusal is that event's answer.
+// - A claim made in the apply's transaction (run_once()) commits with it or
+//   not at all: a worker killed in between leaves its events pending, due at
+//   once, with no lease, no retry and no recovery counted.
 //
 // Dispatcher is thread-safe (configuration only); each call needs a
 // Connection no other thread uses meanwhile.
@@ -91,6 +99,12 @@ struct DispatcherOptions {
   // run_once() applies a claim's events that wait for nothing (hold steps
   // too) in one Ledger::process_steps (one transaction); false: one by one.
   bool apply_in_batches = true;
+  // run_once() claims and applies a claim whose events all wait for nothing
+  // in one transaction (BEGIN, claim, apply, COMMIT: one commit for both);
+  // false: the claim commits first, as claim() then process_all() do. Needs
+  // apply_in_batches. (Measured: docs/performance.md, "Claim and apply in
+  // one commit".)
+  bool apply_with_claim = true;
   // After a claim that came back short of batch_size (the queue ran dry),
   // how long a worker lets new events gather before it claims again
   // (linger_after()). Fuller claims cost the server less per event — fewer
@@ -177,7 +191,18 @@ class Dispatcher {
 
   // run_once()
   //
-  // claim() then process_all(); returns how many events were claimed.
+  // Claims up to batch_size due events and applies them; returns how many
+  // were claimed. With apply_with_claim (the default) a claim whose events
+  // all wait for nothing is claimed, applied and settled in one transaction,
+  // and what cannot be settled there — a refused event's retry or dead
+  // letter — is recorded after the commit, as process_all() records it. If
+  // that transaction fails as a whole (a lock or statement timeout), nothing
+  // of it happened, and this call claims again the two-commit way: claim()
+  // then process_all(), where each event of a failed batch takes its own
+  // turn. Otherwise, and for a claim holding a credit waiting for finality,
+  // it is claim() then process_all(). Outcome metrics and logs are written
+  // after the commit; the Ledger's own counters and alerts are written as it
+  // answers, before it. REQUIRES: `conn` is not inside a transaction.
   [[nodiscard]] absl::StatusOr<int> run_once(Connection& conn) const;
 
   // linger_after()
@@ -219,6 +244,15 @@ class Dispatcher {
   // Events applied in one process_steps and settled one by one.
   absl::Status process_together(Connection& conn,
                                 std::span<const ClaimedEvent* const> claimed) const;
+  // The Ledger's answers to `claimed`, applied in one process_steps.
+  absl::StatusOr<std::vector<absl::StatusOr<StepResult>>> apply_together(
+      Connection& conn, std::span<const ClaimedEvent* const> claimed) const;
+  // What each answer makes of its event (logged and counted); non-OK only
+  // when the session is gone.
+  absl::Status settle_together(Connection& conn, std::span<const ClaimedEvent* const> claimed,
+                               std::span<const absl::StatusOr<StepResult>> answers) const;
+  // run_once() with the claim committed before anything is applied.
+  absl::StatusOr<int> claim_then_process(Connection& conn) const;
   // A credit that must wait until its chain transaction is final.
   bool needs_finality(const ClaimedEvent& claimed) const;
   // The Ledger call for the event's type.
