@@ -1,9 +1,11 @@
 #include "idemledger/pg/pool.hpp"
 
 #include <fmt/format.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "absl/time/clock.h"
 #include "src/core/internal/absl_compat.hpp"
@@ -12,15 +14,30 @@ namespace idemledger::pg {
 namespace {
 // Pause between failed connection attempts while acquire() still has time.
 constexpr absl::Duration kReconnectPause = absl::Milliseconds(50);
+
+std::atomic<long> fork_generation{0};
+
+// Which process this is, told apart from its fork()ed children and theirs:
+// a counter every child bumps as fork() returns in it. Comparing it costs a
+// load where getpid() costs a system call (glibc no longer caches the pid),
+// and the pool asks twice per borrowed session. The handler is registered
+// on the first call, which a Pool's constructor makes before it can hand
+// anything out; if it cannot be, the pid it is (in parent and child alike).
+long this_process() {
+  static const bool registered = pthread_atfork(nullptr, nullptr, [] {
+                                   fork_generation.fetch_add(1, std::memory_order_relaxed);
+                                 }) == 0;
+  return registered ? fork_generation.load(std::memory_order_relaxed) : static_cast<long>(getpid());
+}
 }  // namespace
 
 PooledConnection::PooledConnection(Pool* pool, std::unique_ptr<Connection> conn)
-    : pool_(pool), conn_(std::move(conn)), owner_pid_(getpid()) {}
+    : pool_(pool), conn_(std::move(conn)), owner_process_(this_process()) {}
 
 PooledConnection::PooledConnection(PooledConnection&& other) noexcept
     : pool_(std::exchange(other.pool_, nullptr)),
       conn_(std::move(other.conn_)),
-      owner_pid_(other.owner_pid_),
+      owner_process_(other.owner_process_),
       discard_(other.discard_) {}
 
 PooledConnection& PooledConnection::operator=(PooledConnection&& other) noexcept {
@@ -28,7 +45,7 @@ PooledConnection& PooledConnection::operator=(PooledConnection&& other) noexcept
     give_back();
     pool_ = std::exchange(other.pool_, nullptr);
     conn_ = std::move(other.conn_);
-    owner_pid_ = other.owner_pid_;
+    owner_process_ = other.owner_process_;
     discard_ = other.discard_;
   }
   return *this;
@@ -38,7 +55,7 @@ PooledConnection::~PooledConnection() { give_back(); }
 
 void PooledConnection::give_back() {
   if (pool_ == nullptr || conn_ == nullptr) return;
-  if (owner_pid_ != getpid()) {
+  if (owner_process_ != this_process()) {
     conn_->abandon_after_fork();  // borrowed before fork(): the parent's session
     conn_.reset();
   } else {
@@ -47,7 +64,7 @@ void PooledConnection::give_back() {
   pool_ = nullptr;
 }
 
-Pool::Pool(PoolOptions options) : options_(std::move(options)), owner_pid_(getpid()) {}
+Pool::Pool(PoolOptions options) : options_(std::move(options)), owner_process_(this_process()) {}
 
 Pool::~Pool() {
   MutexLock lock(&mu_);
@@ -58,11 +75,11 @@ Pool::~Pool() {
 bool Pool::can_hand_out() const { return !idle_.empty() || open_ < options_.max_size; }
 
 void Pool::abandon_if_forked() {
-  if (owner_pid_ == getpid()) return;
+  if (owner_process_ == this_process()) return;
   for (auto& conn : idle_) conn->abandon_after_fork();
   idle_.clear();
   open_ = 0;
-  owner_pid_ = getpid();
+  owner_process_ = this_process();
 }
 
 absl::StatusOr<PooledConnection> Pool::acquire() {

@@ -155,6 +155,37 @@ TEST(Pool, SurvivesForkOnBothSides) {
   EXPECT_EQ(std::to_string((*c)->backend_pid()), parent_pid);
 }
 
+// A session the parent holds across fork(): the child's copy of the handle,
+// given back in the child, is abandoned there — never pooled, so the child's
+// next acquire() opens its own — and so is it in the child's own child.
+TEST(Pool, ASessionBorrowedBeforeForkIsNeverPooledByTheChild) {
+  pg::Pool pool(small_pool(2));
+  absl::StatusOr<pg::PooledConnection> held = pool.acquire();
+  ASSERT_TRUE(held.ok());
+  const std::string parent_pid = std::to_string((*held)->backend_pid());
+  const auto in_child = [&]() -> bool {
+    { const pg::PooledConnection mine = std::move(*held); }  // given back here
+    absl::StatusOr<pg::PooledConnection> c = pool.acquire();
+    return c.ok() && (*c)->execute("SELECT 1").ok() &&
+           std::to_string((*c)->backend_pid()) != parent_pid;
+  };
+  const pid_t child = fork();
+  if (child == 0) {
+    bool ok = true;
+    const pid_t grandchild = fork();
+    if (grandchild == 0) _exit(in_child() ? 0 : 1);
+    int status = 0;
+    ok = waitpid(grandchild, &status, 0) == grandchild && WIFEXITED(status) &&
+         WEXITSTATUS(status) == 0;
+    _exit(ok && in_child() ? 0 : 1);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_TRUE((*held)->execute("SELECT 1").ok()) << "the parent's session survived its children";
+  EXPECT_EQ(std::to_string((*held)->backend_pid()), parent_pid);
+}
+
 TEST(Pool, RefusesAMalformedDsnAtOnce) {
   pg::Pool pool({.dsn = "host=/tmp port=notaport =oops", .max_size = 1});
   EXPECT_EQ(pool.acquire().status().code(), absl::StatusCode::kInvalidArgument);

@@ -68,7 +68,9 @@ class PooledConnection {
 
   Pool* pool_ = nullptr;
   std::unique_ptr<Connection> conn_;
-  long owner_pid_ = 0;  // a copy living on in a fork()ed child must not return
+  // The process (its fork generation) that borrowed it: a copy living on in
+  // a fork()ed child must not return.
+  long owner_process_ = 0;
   bool discard_ = false;
 };
 
@@ -114,7 +116,7 @@ class Pool {
   std::size_t open_ ABSL_GUARDED_BY(mu_) = 0;
   std::size_t created_ ABSL_GUARDED_BY(mu_) = 0;
   std::size_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
-  long owner_pid_ ABSL_GUARDED_BY(mu_);  // the process that owns the idle sessions
+  long owner_process_ ABSL_GUARDED_BY(mu_);  // the process that owns the idle sessions
 };
 
 }  // namespace idemledger::pg
