@@ -19,8 +19,9 @@
 # CPU per transaction of the floor: what one round trip and one commit cost a
 # libpq client that does nothing else, the floor of that figure.
 # Then, on the same server, the whole service (webhook_intake + 2 outbox_worker
-# processes, 16 provider senders, SIM_EVENTS events), twice: deposits only
-# (what the bare loop measures) and the demo's mix; webhook -> confirmed
+# processes, 16 provider senders, SIM_EVENTS events): deposits only (what the
+# bare loop measures), again with each claim committed before its apply, and
+# the demo's mix; webhook -> confirmed
 # events/s and time-to-confirm next to the bare process_deposit figure, and
 # where the CPU goes per event (each service's own getrusage, logged at its
 # stop; the server's from /proc) with intake's and a worker's peak RSS, and
@@ -30,7 +31,8 @@
 # beside it the queued path's floor: bench/queue_floor.sql, what PostgreSQL
 # itself needs to record every event twice, claim and apply it (g events per
 # statement, set-based), its rate and server CPU per event, and the ceiling
-# a service whose SQL cost that much would have.
+# a service whose SQL cost that much would have; and bench/queue_floor_own.sql,
+# the same on idemledger's own schema, writing every row the service writes.
 # Last, the queue alone: a backlog of recorded deposits drained by the same
 # 2 workers, events/s beside the bare loop (no HTTP, no provider).
 # In the first round it also runs the three deposit workloads at 1 client and
@@ -329,6 +331,31 @@ queue_floor g3 3 0
 queue_floor g6 6 0
 queue_floor g6_together 6 1
 
+# The same floor on idemledger's own schema (bench/queue_floor_own.sql): the
+# rows the service writes — fingerprints, both ledger legs, lease, trace —
+# with every index and constraint the schema has, in plain statements; claim
+# and apply in one commit as the workers do. A fresh schema made by
+# provider_simulator setup; server CPU read as for queue_floor.
+own_confirmed() { "${psql[@]}" -d postgres -t -A -c "SELECT count(*) FROM $1.payment_events WHERE status = 'confirmed'"; }
+own_floor() {
+  local name=$1 g=$2 schema=qfloor out before after pg_before pg_after
+  "${psql[@]}" -d postgres -c "DROP SCHEMA IF EXISTS $schema CASCADE" >/dev/null 2>&1
+  IDEMLEDGER_DSN="$IDEMLEDGER_TEST_DSN" IDEMLEDGER_SCHEMA=$schema \
+    build/examples/provider_simulator/provider_simulator setup >/dev/null
+  before=$(own_confirmed $schema) pg_before=$(pg_cpu_ms)
+  out=$(PGOPTIONS="-c search_path=$schema" "$pgbench" -n -M prepared -c "$clients" -j 2 -T "$seconds" --max-tries=10 \
+    -D g="$g" -D together=1 "${conn[@]}" -f bench/queue_floor_own.sql postgres 2>&1) || { echo "$out" >&2; exit 1; }
+  sessions_gone postgres
+  pg_after=$(pg_cpu_ms) after=$(own_confirmed $schema)
+  ((after > before)) || { echo "run_load.sh: queue_floor_own.sql (g=$g) confirmed nothing" >&2; exit 1; }
+  qf[${name}_tps]=$(((after - before) / seconds))
+  qf[${name}_server]=$(((pg_after - pg_before) * 1000 / (after - before)))
+  qf[${name}_label]="own schema, g = $g, one commit"
+  "${psql[@]}" -d postgres -c "DROP SCHEMA $schema CASCADE" >/dev/null 2>&1
+}
+own_floor own_g4 4
+own_floor own_g6 6
+
 # usage LOG...: "cpu_ms peak_rss_kb" over the services whose logs are given
 # (each logs its own at its stop: the sum of CPU, the largest peak).
 usage() {
@@ -411,12 +438,16 @@ ceiling "  ... + the server's work as measured" \
 ceiling "provider + queue floor server work, g=6" $((svc[deposits_provider] + qf[g6_server]))
 ceiling "  ... + intake and workers as measured" \
   $((svc[deposits_provider] + qf[g6_server] + svc[deposits_intake] + svc[deposits_workers]))
+ceiling "provider + own-schema floor's, g=4" $((svc[deposits_provider] + qf[own_g4_server]))
+ceiling "  ... + intake and workers as measured" \
+  $((svc[deposits_provider] + qf[own_g4_server] + svc[deposits_intake] + svc[deposits_workers]))
 printf '%-40s %10s %10s\n' "measured: webhook -> confirmed" "${svc[deposits_tps]}" "$(ratio "${svc[deposits_tps]}" "${tps[idemledger]}")"
 
 printf '\nThe queued path'"'"'s floor (pgbench, bench/queue_floor.sql, %s clients: each event recorded twice, then claimed\n' "$clients"
-printf 'and applied set-based, g events per statement, on the reference schema; what PostgreSQL itself needs for the queue)\n'
+printf 'and applied set-based, g events per statement, on the reference schema; what PostgreSQL itself needs for the queue;\n'
+printf '"own schema": bench/queue_floor_own.sql, the same on idemledger'"'"'s schema, writing what the service writes)\n'
 printf '%-40s %10s %10s %10s %10s\n' workload "events/s" "/ floor" "/ bare" "server µs"
-for w in g3 g6 g6_together; do
+for w in g3 g6 g6_together own_g4 own_g6; do
   printf '%-40s %10s %10s %10s %10s\n' "${qf[${w}_label]}" "${qf[${w}_tps]}" "$(ratio "${qf[${w}_tps]}" "${tps[one_statement]}")" \
     "$(ratio "${qf[${w}_tps]}" "${tps[idemledger]}")" "${qf[${w}_server]}"
 done
