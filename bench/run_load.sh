@@ -438,9 +438,9 @@ ceiling "  ... + the server's work as measured" \
 ceiling "provider + queue floor server work, g=6" $((svc[deposits_provider] + qf[g6_server]))
 ceiling "  ... + intake and workers as measured" \
   $((svc[deposits_provider] + qf[g6_server] + svc[deposits_intake] + svc[deposits_workers]))
-ceiling "provider + own-schema floor's, g=4" $((svc[deposits_provider] + qf[own_g4_server]))
+ceiling "provider + own-schema floor's, g=6" $((svc[deposits_provider] + qf[own_g6_server]))
 ceiling "  ... + intake and workers as measured" \
-  $((svc[deposits_provider] + qf[own_g4_server] + svc[deposits_intake] + svc[deposits_workers]))
+  $((svc[deposits_provider] + qf[own_g6_server] + svc[deposits_intake] + svc[deposits_workers]))
 printf '%-40s %10s %10s\n' "measured: webhook -> confirmed" "${svc[deposits_tps]}" "$(ratio "${svc[deposits_tps]}" "${tps[idemledger]}")"
 
 printf '\nThe queued path'"'"'s floor (pgbench, bench/queue_floor.sql, %s clients: each event recorded twice, then claimed\n' "$clients"
