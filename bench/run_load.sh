@@ -310,22 +310,27 @@ bare_busy=$((100 * (busy1 - busy0) / (all1 - all0)))
 # TOGETHER sets qf[NAME_tps], qf[NAME_server] (µs per event) and its label.
 declare -A qf
 confirmed() { "${psql[@]}" -d seedref -t -A -c "SELECT count(*) FROM payment_events WHERE status = 'confirmed'"; }
-queue_floor() {
-  local name=$1 g=$2 together=$3 out before after pg_before pg_after
-  reset_seed
-  before=$(confirmed) pg_before=$(pg_cpu_ms)
-  out=$("$pgbench" -n -M prepared -c "$clients" -j 2 -T "$seconds" --max-tries=10 -D g="$g" -D together="$together" \
-    "${conn[@]}" -f bench/queue_floor.sql seedref 2>&1) || { echo "$out" >&2; exit 1; }
-  sessions_gone seedref
-  pg_after=$(pg_cpu_ms) after=$(confirmed)
-  ((after > before)) || { echo "run_load.sh: queue_floor.sql (g=$g) confirmed nothing" >&2; exit 1; }
+# floor_run NAME DB COUNT LABEL PGBENCH-ARGS...: one pgbench run of a floor on
+# DB; COUNT is a command printing the events confirmed so far. Sets
+# qf[NAME_tps], qf[NAME_server] (µs per event confirmed) and qf[NAME_label].
+floor_run() {
+  local name=$1 db=$2 count=$3 label=$4 out before after pg_before pg_after
+  shift 4
+  before=$($count) pg_before=$(pg_cpu_ms)
+  out=$("$pgbench" -n -M prepared -c "$clients" -j 2 -T "$seconds" --max-tries=10 "${conn[@]}" "$@" "$db" 2>&1) \
+    || { echo "$out" >&2; exit 1; }
+  sessions_gone "$db"
+  pg_after=$(pg_cpu_ms) after=$($count)
+  ((after > before)) || { echo "run_load.sh: $label confirmed nothing" >&2; exit 1; }
   qf[${name}_tps]=$(((after - before) / seconds))
   qf[${name}_server]=$(((pg_after - pg_before) * 1000 / (after - before)))
-  if ((together)); then
-    qf[${name}_label]="g = $g, claim + apply in one commit"
-  else
-    qf[${name}_label]="g = $g: record, claim, apply (3 commits)"
-  fi
+  qf[${name}_label]=$label
+}
+queue_floor() {
+  local name=$1 g=$2 together=$3 label="g = $2: record, claim, apply (3 commits)"
+  if ((together)); then label="g = $g, claim + apply in one commit"; fi
+  reset_seed
+  floor_run "$name" seedref confirmed "$label" -D g="$g" -D together="$together" -f bench/queue_floor.sql
 }
 queue_floor g3 3 0
 queue_floor g6 6 0
@@ -336,22 +341,14 @@ queue_floor g6_together 6 1
 # with every index and constraint the schema has, in plain statements; claim
 # and apply in one commit as the workers do. A fresh schema made by
 # provider_simulator setup; server CPU read as for queue_floor.
-own_confirmed() { "${psql[@]}" -d postgres -t -A -c "SELECT count(*) FROM $1.payment_events WHERE status = 'confirmed'"; }
+own_confirmed() { "${psql[@]}" -d postgres -t -A -c "SELECT count(*) FROM qfloor.payment_events WHERE status = 'confirmed'"; }
 own_floor() {
-  local name=$1 g=$2 schema=qfloor out before after pg_before pg_after
-  "${psql[@]}" -d postgres -c "DROP SCHEMA IF EXISTS $schema CASCADE" >/dev/null 2>&1
-  IDEMLEDGER_DSN="$IDEMLEDGER_TEST_DSN" IDEMLEDGER_SCHEMA=$schema \
+  "${psql[@]}" -d postgres -c "DROP SCHEMA IF EXISTS qfloor CASCADE" >/dev/null 2>&1
+  IDEMLEDGER_DSN="$IDEMLEDGER_TEST_DSN" IDEMLEDGER_SCHEMA=qfloor \
     build/examples/provider_simulator/provider_simulator setup >/dev/null
-  before=$(own_confirmed $schema) pg_before=$(pg_cpu_ms)
-  out=$(PGOPTIONS="-c search_path=$schema" "$pgbench" -n -M prepared -c "$clients" -j 2 -T "$seconds" --max-tries=10 \
-    -D g="$g" -D together=1 "${conn[@]}" -f bench/queue_floor_own.sql postgres 2>&1) || { echo "$out" >&2; exit 1; }
-  sessions_gone postgres
-  pg_after=$(pg_cpu_ms) after=$(own_confirmed $schema)
-  ((after > before)) || { echo "run_load.sh: queue_floor_own.sql (g=$g) confirmed nothing" >&2; exit 1; }
-  qf[${name}_tps]=$(((after - before) / seconds))
-  qf[${name}_server]=$(((pg_after - pg_before) * 1000 / (after - before)))
-  qf[${name}_label]="own schema, g = $g, one commit"
-  "${psql[@]}" -d postgres -c "DROP SCHEMA $schema CASCADE" >/dev/null 2>&1
+  PGOPTIONS="-c search_path=qfloor" floor_run "$1" postgres own_confirmed "own schema, g = $2, one commit" \
+    -D g="$2" -D together=1 -f bench/queue_floor_own.sql
+  "${psql[@]}" -d postgres -c "DROP SCHEMA qfloor CASCADE" >/dev/null 2>&1
 }
 own_floor own_g4 4
 own_floor own_g6 6
