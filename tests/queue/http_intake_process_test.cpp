@@ -211,10 +211,17 @@ TEST_F(HttpIntake, MetricsFollowTheEventsThroughIntakeAndWorker) {
                          {"IDEMLEDGER_DLQ_SPOOL_KEY", std::string(32, 'k')}},
                         "metrics listening");
   ASSERT_GT(worker.port(), 0);
-  // Counters move just after each commit, so wait on the scrape itself.
+  // Counters move just after each commit, so wait on the scrape itself —
+  // for both: a scrape reads the queue gauge from the database before it
+  // renders the counters, so a claim that commits in between (claim and
+  // apply share one commit: its events are pending until then) shows 20
+  // confirmed beside 20 pending in that one scrape.
   const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while ((s = scrape(worker.port()))["idemledger_time_to_confirm_seconds_count"] != "20" &&
-         absl::Now() < deadline) {
+  const auto settled = [](PrometheusSamples& m) {
+    return m["idemledger_time_to_confirm_seconds_count"] == "20" &&
+           m["idemledger_queue_events{status=\"pending\"}"] == "0";
+  };
+  while (!settled(s = scrape(worker.port())) && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(50));
   }
   EXPECT_EQ(s["idemledger_ledger_outcomes_total{outcome=\"applied\"}"], "20");
