@@ -25,8 +25,11 @@ trap stop_services EXIT
 
 IDEMLEDGER_LISTEN_PORT=0 IDEMLEDGER_RATE_LIMIT_RPS=100000 "$bin/webhook_intake/webhook_intake" >"$logs/intake.log" 2>&1 &
 pids+=($!)
+# Each worker with its default threads (one claiming, one spare; the caller's
+# IDEMLEDGER_WORKER_THREADS and IDEMLEDGER_SPARE_AFTER_MS override them, as
+# bench/run_load.sh does).
 for w in 1 2; do
-  IDEMLEDGER_WORKER_THREADS=2 IDEMLEDGER_RETRY_BASE_MS=50 IDEMLEDGER_DLQ_SPOOL="$logs/worker$w.spool" \
+  IDEMLEDGER_RETRY_BASE_MS=50 IDEMLEDGER_DLQ_SPOOL="$logs/worker$w.spool" \
     IDEMLEDGER_METRICS_PORT=0 IDEMLEDGER_WRITE_NOTIFICATIONS=$((relays > 0)) \
     "$bin/outbox_worker/outbox_worker" >"$logs/worker$w.log" 2>&1 &
   pids+=($!)

@@ -1,15 +1,19 @@
 // outbox_worker — applies recorded events: claim, apply, retry, recover;
 // sweeps expired holds.
 //
-// N threads, each with its own connection: claim a batch of due pending
-// events (SKIP LOCKED, leased) and apply it through the Ledger in the same
-// transaction (Dispatcher::run_once: one commit for both), log one JSON
-// line per event with the trace id intake assigned, then wait for a NOTIFY
-// (or the poll interval). Thread 0 also returns expired leases to the queue
+// N threads, each with its own connection (claimers.hpp: which of them
+// claim when): claim a batch of due pending events (SKIP LOCKED, leased)
+// and apply it through the Ledger in the same transaction
+// (Dispatcher::run_once: one commit for both), log one JSON line per event
+// with the trace id intake assigned, then wait for a NOTIFY (or the poll
+// interval). Thread 0 also returns expired leases to the queue
 // and drains the dead-letter spool. SIGTERM: finish the batch in hand, exit.
 //
 // Configuration (environment): IDEMLEDGER_DSN, IDEMLEDGER_SCHEMA (idemledger),
-// IDEMLEDGER_WORKER_THREADS (2), IDEMLEDGER_BATCH_SIZE (32), IDEMLEDGER_APPLY_IN_BATCHES (1),
+// IDEMLEDGER_WORKER_THREADS (2: thread 0 claims, the others are spares that
+// claim only while claims come back full or thread 0 has been in one claim
+// longer than IDEMLEDGER_SPARE_AFTER_MS, 20; 0: every thread always claims),
+// IDEMLEDGER_BATCH_SIZE (32), IDEMLEDGER_APPLY_IN_BATCHES (1),
 // IDEMLEDGER_APPLY_WITH_CLAIM (1; 0: the claim commits before the apply),
 // IDEMLEDGER_LEASE_MS (30000), IDEMLEDGER_POLL_MS (500), IDEMLEDGER_CLAIM_LINGER_MS (10: after
 // a short claim, let events gather this long before the next),
@@ -31,6 +35,7 @@
 #include "../common/http.hpp"
 #include "../common/http_client.hpp"
 #include "../common/service.hpp"
+#include "claimers.hpp"
 #include "idemledger.hpp"
 #include "idemledger/pg/pool.hpp"
 
@@ -38,6 +43,7 @@ int main() {
   const std::string dsn = example::env_string("IDEMLEDGER_DSN");
   const idemledger::Schema schema = example::env_schema();
   const long threads = example::env_long("IDEMLEDGER_WORKER_THREADS", 2, 1, 64);
+  const long spare_after_ms = example::env_long("IDEMLEDGER_SPARE_AFTER_MS", 20, 0, 60'000);
   const long batch = example::env_long("IDEMLEDGER_BATCH_SIZE", 32, 1, 10'000);
   const long lease_ms = example::env_long("IDEMLEDGER_LEASE_MS", 30'000, 10, 3'600'000);
   const long poll_ms = example::env_long("IDEMLEDGER_POLL_MS", 500, 10, 60'000);
@@ -101,8 +107,12 @@ int main() {
     example::serve_metrics(res, registry, metrics, pool, schema);
   });
   std::atomic<long> processed{0};
+  example::Claimers claimers(static_cast<std::size_t>(batch), absl::Milliseconds(spare_after_ms));
 
   const auto work = [&](int thread) {
+    // A spare neither LISTENs (nothing would read what piles up) nor waits
+    // for a NOTIFY: Claimers wakes it.
+    const bool spare = thread > 0 && spare_after_ms > 0;
     absl::Time next_maintenance = absl::InfinitePast();
     while (!example::stop_requested) {
       absl::StatusOr<idemledger::pg::PooledConnection> conn = pool.acquire();
@@ -112,8 +122,10 @@ int main() {
         absl::SleepFor(absl::Milliseconds(poll_ms));
         continue;
       }
-      if (absl::Status s = dispatcher.listen(**conn); !s.ok())
-        continue;  // the pool replaces a dead session
+      if (!spare) {
+        if (absl::Status s = dispatcher.listen(**conn); !s.ok())
+          continue;  // the pool replaces a dead session
+      }
       while (!example::stop_requested && !(*conn)->is_broken()) {
         if (thread == 0 && absl::Now() >= next_maintenance) {
           (void)dispatcher.recover_stale(**conn);  // logs what it recovers
@@ -135,13 +147,18 @@ int main() {
         // Claims and applies in one commit; finished even if SIGTERM
         // arrives; logs one line per event. A failure leaves the events to
         // their leases (or, rolled back, pending): a dead session is replaced.
+        if (spare && !claimers.spare_may_claim(absl::Milliseconds(10))) continue;
+        if (!spare) claimers.first_started();
         absl::StatusOr<int> claimed = dispatcher.run_once(**conn);
+        if (!spare) claimers.first_finished();
         if (!claimed.ok()) {
           if ((*conn)->is_broken()) break;
           absl::SleepFor(absl::Milliseconds(poll_ms));
           continue;
         }
         processed += *claimed;
+        claimers.claimed(static_cast<std::size_t>(*claimed));
+        if (spare) continue;  // a short claim sends it back to standby
         if (*claimed == 0) {
           (void)dispatcher.wait_for_work(**conn, absl::Milliseconds(poll_ms));
         } else {
@@ -153,6 +170,7 @@ int main() {
   };
   example::log("info", {{"msg", "worker started"},
                         {"threads", threads},
+                        {"spare_after_ms", spare_after_ms},
                         {"schema", schema.name()},
                         {"finality", rpc_url.empty() ? "off" : rpc_url}});
   std::vector<std::thread> pool_threads;

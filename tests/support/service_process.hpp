@@ -69,6 +69,7 @@ class ServiceProcess {
       const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
       ready = !j.is_discarded() && j.value("msg", "") == listening_msg;
       if (ready) {
+        ready_line_ = j;
         port_ = j.value("port", 0);
         admin_port_ = j.value("admin_port", 0);
       }
@@ -88,6 +89,8 @@ class ServiceProcess {
   int port() const { return port_; }
   // The admin listener's port, if the service logged one ("admin_port").
   int admin_port() const { return admin_port_; }
+  // The "<listening_msg>" line itself (what the service said it started with).
+  const nlohmann::json& ready_line() const { return ready_line_; }
   pid_t pid() const { return pid_; }
   // SIGTERM, then the exit code (0 = drained and stopped cleanly).
   int stop() {
@@ -103,6 +106,7 @@ class ServiceProcess {
   int port_ = 0;
   int admin_port_ = 0;
   int exit_code_ = -1;
+  nlohmann::json ready_line_;
   std::thread drain_;
 };
 
