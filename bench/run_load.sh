@@ -20,8 +20,8 @@
 # libpq client that does nothing else, the floor of that figure.
 # Then, on the same server, the whole service (webhook_intake + 2 outbox_worker
 # processes, 16 provider senders, SIM_EVENTS events): deposits only (what the
-# bare loop measures), again with each claim committed before its apply, and
-# the demo's mix; webhook -> confirmed
+# bare loop measures), again with each claim committed before its apply,
+# again with every worker thread claiming (no spare), and the demo's mix; webhook -> confirmed
 # events/s and time-to-confirm next to the bare process_deposit figure, and
 # where the CPU goes per event (each service's own getrusage, logged at its
 # stop; the server's from /proc) with intake's and a worker's peak RSS, and
@@ -402,19 +402,27 @@ run_service deposits SIM_DEPOSITS_ONLY=1 DEMO_RELAYS=0
 # The same with each claim committed before its apply (two commits per claim,
 # as before run_once() claimed and applied in one transaction).
 run_service apart SIM_DEPOSITS_ONLY=1 DEMO_RELAYS=0 IDEMLEDGER_APPLY_WITH_CLAIM=0
+# The same with both threads of each worker always claiming (4 claimers on
+# these 2 cores), as before the second became a spare (claimers.hpp).
+run_service all_claim SIM_DEPOSITS_ONLY=1 DEMO_RELAYS=0 IDEMLEDGER_SPARE_AFTER_MS=0
 # The demo as README command 1 runs it: every kind of event, notifications
 # relayed to the mock API through its 6 s outage, all on these 2 cores.
 run_service mix
+run_service mix_all_claim IDEMLEDGER_SPARE_AFTER_MS=0
 printf '\nService end to end (same server, same run; %s events, each delivered 1-3 times over HTTP by 16 senders;\n' "$SIM_EVENTS"
 printf 'intake and 2 workers, the mix also 2 relays and the mock API; all of it and the provider on this machine)\n'
 printf '%-40s %10s %9s %9s\n' workload "events/s" "p50 ms" "p99 ms"
 printf '%-40s %10s %9s %9s\n' "webhook -> confirmed, deposits only" "${svc[deposits_tps]}" "${svc[deposits_p50]}" "${svc[deposits_p99]}"
 printf '%-40s %10s %9s %9s\n' "  ... the claim committed first" "${svc[apart_tps]}" "${svc[apart_p50]}" "${svc[apart_p99]}"
+printf '%-40s %10s %9s %9s\n' "  ... every worker thread claiming" "${svc[all_claim_tps]}" "${svc[all_claim_p50]}" "${svc[all_claim_p99]}"
 printf '%-40s %10s %9s %9s\n' "webhook -> confirmed, demo mix + relays" "${svc[mix_tps]}" "${svc[mix_p50]}" "${svc[mix_p99]}"
+printf '%-40s %10s %9s %9s\n' "  ... every worker thread claiming" "${svc[mix_all_claim_tps]}" "${svc[mix_all_claim_p50]}" "${svc[mix_all_claim_p99]}"
 printf '%-40s %10s\n' "bare process_deposit (above)" "${tps[idemledger]}"
 printf '%-40s %10s\n' "service (deposits) / bare" "$(ratio "${svc[deposits_tps]}" "${tps[idemledger]}")"
 printf '%-40s %10s %10s\n' "  claim and apply in one commit / apart" "$(ratio "${svc[deposits_tps]}" "${svc[apart_tps]}")" \
   "server µs ${svc[deposits_server]} / ${svc[apart_server]}"
+printf '%-40s %10s %10s\n' "  a spare thread / both claiming" "$(ratio "${svc[deposits_tps]}" "${svc[all_claim_tps]}")" \
+  "server µs ${svc[deposits_server]} / ${svc[all_claim_server]}"
 
 # The ceiling, from the figures measured above. Its first line is what the
 # service cannot avoid on these cores: the load generator runs here, and every
@@ -487,7 +495,7 @@ for round in 1 2 3; do
   drain_pids=()
   t0=$(date +%s%N)
   for w in 1 2; do
-    IDEMLEDGER_DSN="$IDEMLEDGER_TEST_DSN" IDEMLEDGER_SCHEMA=demo IDEMLEDGER_WORKER_THREADS=2 IDEMLEDGER_METRICS_PORT=0 \
+    IDEMLEDGER_DSN="$IDEMLEDGER_TEST_DSN" IDEMLEDGER_SCHEMA=demo IDEMLEDGER_METRICS_PORT=0 \
       IDEMLEDGER_DLQ_SPOOL="$work/drain$w.spool" IDEMLEDGER_DLQ_SPOOL_KEY=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n') \
       build/examples/outbox_worker/outbox_worker >"$work/drain$w.log" 2>&1 &
     drain_pids+=($!)
