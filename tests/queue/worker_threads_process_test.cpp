@@ -58,10 +58,10 @@ TEST_F(WorkerThreads, ASpareClaimsWhileTheFirstClaimerWaits) {
   ASSERT_EQ(lock_waiters("apply_steps", absl::Seconds(10)), 1);
   record_free();
   // The lock times out after 2 s (LedgerOptions::lock_timeout); the spare
-  // applies "free" long before, while "stuck" waits (or, its transaction
-  // rolled back, is pending again).
+  // applies "free" long before, while "stuck" waits (pending to everyone
+  // else, or, on a slow machine past that timeout, claimed again alone).
   EXPECT_TRUE(eventually([&] { return status("free") == "confirmed"; }, absl::Milliseconds(1500)));
-  EXPECT_EQ(status("stuck"), "pending");
+  EXPECT_NE(status("stuck"), "confirmed");
   holder.reset();
   expect_both_applied_once();
   EXPECT_EQ(w->stop(), 0);
