@@ -16,9 +16,6 @@ using ::testing::HasSubstr;
 
 class Ledger_ : public LedgerTest {
  protected:
-  std::string status_of(const std::string& event_id) {
-    return scalar("SELECT status FROM {schema}.payment_events WHERE event_id = '" + event_id + "'");
-  }
   std::string outcome_of(const PaymentEvent& e) {
     return scalar("SELECT outcome FROM {schema}.processed_events WHERE idempotency_key = '" +
                   idempotency_key(e.event_id, to_string(e.type)) + "'");

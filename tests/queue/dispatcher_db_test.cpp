@@ -49,9 +49,6 @@ class DispatcherTest : public LedgerTest {
   absl::StatusOr<RecordResult> deliver(const std::string& body, const std::string& trace_id = "") {
     return record_webhook_event(*conn_, schema_, *parse_webhook(body), trace_id, body);
   }
-  std::string status_of(const std::string& id) {
-    return scalar("SELECT status FROM {schema}.payment_events WHERE event_id = '" + id + "'");
-  }
   // What a surviving worker does after another died: recover expired leases
   // and process until every event is terminal; then each must be applied once.
   void recover_and_drain_expecting_all_applied(const Dispatcher& d, long events) {

@@ -24,9 +24,6 @@ class WorkerThreads : public LedgerTest {
     return std::make_unique<ServiceProcess>(IDEMLEDGER_OUTBOX_WORKER_BINARY, schema_, env,
                                             "worker started");
   }
-  std::string status(const std::string& id) {
-    return scalar("SELECT status FROM {schema}.payment_events WHERE event_id = '" + id + "'");
-  }
 
   // Thread 0 claims "stuck" (user 1) and waits on user 1's account, locked
   // here; then "free" (user 2) is recorded. Returns the lock's holder.
@@ -41,7 +38,7 @@ class WorkerThreads : public LedgerTest {
   // Both applied once in the end, whoever claimed them.
   void expect_both_applied_once() {
     ASSERT_TRUE(eventually(
-        [&] { return status("stuck") == "confirmed" && status("free") == "confirmed"; }));
+        [&] { return status_of("stuck") == "confirmed" && status_of("free") == "confirmed"; }));
     EXPECT_EQ(balance(1), "1");
     EXPECT_EQ(balance(2), "1");
     EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events"), 2);
@@ -60,8 +57,9 @@ TEST_F(WorkerThreads, ASpareClaimsWhileTheFirstClaimerWaits) {
   // The lock times out after 2 s (LedgerOptions::lock_timeout); the spare
   // applies "free" long before, while "stuck" waits (pending to everyone
   // else, or, on a slow machine past that timeout, claimed again alone).
-  EXPECT_TRUE(eventually([&] { return status("free") == "confirmed"; }, absl::Milliseconds(1500)));
-  EXPECT_NE(status("stuck"), "confirmed");
+  EXPECT_TRUE(
+      eventually([&] { return status_of("free") == "confirmed"; }, absl::Milliseconds(1500)));
+  EXPECT_NE(status_of("stuck"), "confirmed");
   holder.reset();
   expect_both_applied_once();
   EXPECT_EQ(w->stop(), 0);
@@ -74,7 +72,7 @@ TEST_F(WorkerThreads, ASpareStandsByWhileTheFirstClaimerKeepsUp) {
   ASSERT_EQ(lock_waiters("apply_steps", absl::Seconds(10)), 1);
   record_free();
   absl::SleepFor(absl::Milliseconds(1000));
-  EXPECT_EQ(status("free"), "pending");
+  EXPECT_EQ(status_of("free"), "pending");
   holder.reset();
   expect_both_applied_once();
   EXPECT_EQ(w->stop(), 0);

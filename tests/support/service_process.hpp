@@ -68,11 +68,7 @@ class ServiceProcess {
     while (!ready && std::fgets(line, sizeof line, logs) != nullptr) {
       const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
       ready = !j.is_discarded() && j.value("msg", "") == listening_msg;
-      if (ready) {
-        ready_line_ = j;
-        port_ = j.value("port", 0);
-        admin_port_ = j.value("admin_port", 0);
-      }
+      if (ready) ready_line_ = j;
     }
     // Keep draining its logs so it never blocks on a full pipe.
     drain_ = std::thread([logs] {
@@ -86,9 +82,9 @@ class ServiceProcess {
     if (pid_ > 0 && exit_code_ < 0) (void)stop();
     drain_.join();
   }
-  int port() const { return port_; }
+  int port() const { return ready_line_.value("port", 0); }
   // The admin listener's port, if the service logged one ("admin_port").
-  int admin_port() const { return admin_port_; }
+  int admin_port() const { return ready_line_.value("admin_port", 0); }
   // The "<listening_msg>" line itself (what the service said it started with).
   const nlohmann::json& ready_line() const { return ready_line_; }
   pid_t pid() const { return pid_; }
@@ -103,8 +99,6 @@ class ServiceProcess {
 
  private:
   pid_t pid_ = -1;
-  int port_ = 0;
-  int admin_port_ = 0;
   int exit_code_ = -1;
   nlohmann::json ready_line_;
   std::thread drain_;

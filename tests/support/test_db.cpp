@@ -125,6 +125,15 @@ std::string LedgerTest::scalar(const std::string& sql) {
   return r->at(0, 0).value_or("NULL");
 }
 
+std::string LedgerTest::status_of(std::string_view event_id) {
+  absl::StatusOr<Result> r = conn_->execute(
+      schema_.qualify("SELECT status FROM {schema}.payment_events WHERE event_id = $1"),
+      Params(std::string(event_id)));
+  EXPECT_TRUE(r.ok()) << event_id << ": " << r.status();
+  if (!r.ok() || r->rows.empty()) return "NULL";
+  return r->at(0, 0).value_or("NULL");
+}
+
 void LedgerTest::exec(const std::string& sql) {
   absl::StatusOr<Result> r = conn_->execute(schema_.qualify(sql));
   ASSERT_TRUE(r.ok()) << sql << ": " << r.status();

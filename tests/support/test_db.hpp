@@ -94,6 +94,8 @@ class LedgerTest : public ::testing::Test {
   // `SET track_functions = 'pl'` run first; a call that raised is not counted).
   std::string function_calls(std::string_view function);
 
+  // The payment event's status, or "NULL" if there is no such event.
+  std::string status_of(std::string_view event_id);
   void open_account(std::int64_t user, std::string_view balance);
   std::string balance(std::int64_t user);
   // Inserts a payment_events row directly, as intake would.
