@@ -55,7 +55,8 @@ TEST_F(WorkerSpool, WithoutAKeyTheWorkerDoesNotStart) {
 }
 
 // A setting out of its range stops the worker with the rule, before it
-// claims anything: batching is on or off, the claim linger 0..1000 ms.
+// claims anything: batching is on or off, the claim linger 0..1000 ms, the
+// spares' patience 0..60000 ms.
 TEST_F(WorkerSpool, ABadSettingStopsTheWorkerWithTheRule) {
   struct Case {
     std::string variable, value, rule;
@@ -69,6 +70,10 @@ TEST_F(WorkerSpool, ABadSettingStopsTheWorkerWithTheRule) {
       {"IDEMLEDGER_CLAIM_LINGER_MS", "-1", "must be an integer in [0, 1000]"},
       {"IDEMLEDGER_CLAIM_LINGER_MS", "10ms", "must be an integer in [0, 1000]"},
       {"IDEMLEDGER_CLAIM_LINGER_MS", "99999999999999999999", "must be an integer in [0, 1000]"},
+      {"IDEMLEDGER_SPARE_AFTER_MS", "60001", "must be an integer in [0, 60000]"},
+      {"IDEMLEDGER_SPARE_AFTER_MS", "-1", "must be an integer in [0, 60000]"},
+      {"IDEMLEDGER_SPARE_AFTER_MS", "20ms", "must be an integer in [0, 60000]"},
+      {"IDEMLEDGER_SPARE_AFTER_MS", "99999999999999999999", "must be an integer in [0, 60000]"},
   };
   for (const Case& c : cases) {
     const Finished f = run_to_exit(IDEMLEDGER_OUTBOX_WORKER_BINARY,
