@@ -253,29 +253,11 @@ printf '%-40s %10s\n' "process_batch of 100 (per event)" "${cpu[batch100]}"
 printf '%-40s %10s\n' "  ... mixed (per event)" "${cpu[batch100_mixed]}"
 printf '%-40s %10s\n' "yardstick: pgbench, floor, $clients clients" "${cpu[one_statement_cpu]}"
 
-# The server's CPU so far (ms): the postmaster, the children it reaped (the
-# services' sessions, once they close) and the children alive now.
-pg_cpu_ms() {
-  local pm hz
-  pm=$(head -n 1 "$IDEMLEDGER_PG_DATA/postmaster.pid") hz=$(getconf CLK_TCK)
-  { awk '{print $14 + $15 + $16 + $17}' "/proc/$pm/stat"
-    for c in $(pgrep -P "$pm"); do awk '{print $14 + $15}' "/proc/$c/stat" 2>/dev/null || true; done
-  } | awk -v hz="$hz" '{s += $1} END {printf "%d", s * 1000 / hz}'
-}
-
-# sessions_gone DB: waits until no other client session is on DB, and then for
-# the postmaster to reap them. A backend's CPU reaches pg_cpu_ms through the
-# postmaster only once reaped; read while it exits, its whole run is missed.
-# Bounded: after 10 s it reads anyway (a pooler's idle session never leaves).
-sessions_gone() {
-  local tries=100
-  until [[ $("${psql[@]}" -d postgres -t -A -c "SELECT count(*) FROM pg_stat_activity
-             WHERE datname = '$1' AND backend_type = 'client backend' AND pid <> pg_backend_pid()") == 0 ]] \
-    || ((--tries == 0)); do
-    sleep 0.1
-  done
-  sleep 0.5
-}
+# The server's CPU (pg_cpu_ms), waiting for sessions to be reaped
+# (sessions_gone) and polling it (poll_until_zero), shared with
+# run_sql_profile.sh.
+# shellcheck source=bench/server.sh
+source bench/server.sh
 
 # The bare loop's own cost per deposit: one more run of the driver on the
 # schema the last one left (--reuse), the server's CPU and the machine's busy
@@ -347,7 +329,7 @@ own_floor() {
   IDEMLEDGER_DSN="$IDEMLEDGER_TEST_DSN" IDEMLEDGER_SCHEMA=qfloor \
     build/examples/provider_simulator/provider_simulator setup >/dev/null
   PGOPTIONS="-c search_path=qfloor" floor_run "$1" postgres own_confirmed "own schema, g = $2, one commit" \
-    -D g="$2" -D together=1 -f bench/queue_floor_own.sql
+    -D g="$2" -D together=1 -D record=1 -D apply=1 -f bench/queue_floor_own.sql
   "${psql[@]}" -d postgres -c "DROP SCHEMA qfloor CASCADE" >/dev/null 2>&1
 }
 own_floor own_g4 4
@@ -500,9 +482,8 @@ for round in 1 2 3; do
       build/examples/outbox_worker/outbox_worker >"$work/drain$w.log" 2>&1 &
     drain_pids+=($!)
   done
-  until [[ $("${psql[@]}" -d postgres -t -A -c "SELECT count(*) FROM demo.payment_events WHERE status <> 'confirmed'") == 0 ]]; do
-    sleep 0.05
-  done
+  poll_until_zero "SELECT count(*) FROM demo.payment_events WHERE status <> 'confirmed'" 0.05 12000 \
+    || { echo "run_load.sh: the backlog was not drained in 10 minutes" >&2; exit 1; }
   t1=$(date +%s%N)
   kill -TERM "${drain_pids[@]}" && wait "${drain_pids[@]}" 2>/dev/null || true
   drain_rates+=("$((DRAIN_EVENTS * 1000000000 / (t1 - t0)))")
