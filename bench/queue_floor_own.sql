@@ -25,11 +25,14 @@
 -- addresses addr_1 .. addr_200, the default asset), named by the session's
 -- search_path (PGOPTIONS="-c search_path=NAME"). Event ids: 'q' || (r * 64 + i)
 -- for the pass's i-th event, r random, so g is at most 64. Run with -D g=N
--- -D together=0|1 and --max-tries: two clients' aggregated balance updates
--- take no lock order and may deadlock, which pgbench then retries.
+-- -D together=0|1, -D record=1 -D apply=1 and --max-tries: two clients'
+-- aggregated balance updates take no lock order and may deadlock, which
+-- pgbench then retries. run_sql_profile.sh runs the two halves apart
+-- (record=1 apply=0, then record=0 apply=1 on what that recorded).
 \set r random(1, 100000000000000)
 \set uid random(1, 200)
 \set amt random(1, 1000000) / 100.0
+\if :record
 WITH d AS (
     SELECT 'q' || (:r::bigint * 64 + i / 2)::text AS id,
            'addr_' || (1 + (:uid + i / 2) % 200)::text AS address
@@ -42,6 +45,8 @@ recorded AS (
     ON CONFLICT (event_id) DO NOTHING
     RETURNING 1)
 SELECT pg_notify('queue_floor_own', '') FROM (SELECT count(*) FROM recorded) AS n;
+\endif
+\if :apply
 \if :together
 BEGIN;
 \endif
@@ -78,4 +83,5 @@ SELECT (SELECT count(*) FROM guard), (SELECT count(*) FROM credited), (SELECT co
        (SELECT count(*) FROM system_leg), (SELECT count(*) FROM settled);
 \if :together
 COMMIT;
+\endif
 \endif
