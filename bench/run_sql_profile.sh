@@ -36,7 +36,7 @@ for g in "${gs[@]}"; do
 done
 
 if [[ -z "${IDEMLEDGER_PG_PORT:-}" ]]; then
-  [[ -x build/examples/outbox_worker/outbox_worker ]] || bash scripts/build.sh build
+  bash scripts/build.sh build
   IDEMLEDGER_PG_OPTS="${IDEMLEDGER_PG_OPTS:-} -c autovacuum=off" \
     exec bash scripts/with-postgres.sh build/profile-pg bash "$0" "$total" "${gs[@]}"
 fi
