@@ -73,8 +73,8 @@ step_cpu() {
   c1=$(pg_cpu_ms)
   cpu[$name]=$(((c1 - c0) * 1000 / $(events)))
 }
-bench_run() {  # bench_run SCRIPT G ARGS...: one pgbench client on the schema prof, EVENTS / G passes
-  local script=$1 g=$2 out
+bench_run() {  # bench_run G SCRIPT ARGS...: one pgbench client on the schema prof, EVENTS / G passes
+  local g=$1 script=$2 out
   shift 2
   out=$(PGOPTIONS="-c search_path=prof" "$pgbench" -n -M prepared -c 1 -t $((total / g)) "${conn[@]}" \
     -D g="$g" "$@" -f "$script" postgres 2>&1) || { echo "$out" >&2; exit 1; }
@@ -96,22 +96,25 @@ drain() {  # drain G: one outbox_worker with one thread claims up to G at a time
   kill -TERM "$worker"
   wait "$worker" 2>/dev/null || true
 }
-# record_ours / record_floor G: EVENTS deposits recorded pending, the step measured.
-record_ours() { fresh_schema && step_cpu "ours_record_$1" bench_run bench/record_events.sql "$1" && settle; }
-record_floor() {
-  fresh_schema && step_cpu "floor_record_$1" bench_run bench/queue_floor_own.sql "$1" \
-    -D record=1 -D apply=0 -D together=1 && settle
+# record NAME G SCRIPT ARGS...: a fresh schema, EVENTS deposits recorded
+# pending by bench_run, that step measured as cpu[NAME], then settled.
+record() {
+  local name=$1
+  shift
+  fresh_schema && step_cpu "$name" bench_run "$@" && settle
 }
+floor_record=(bench/queue_floor_own.sql -D record=1 -D apply=0 -D together=1)
 
 for g in "${gs[@]}"; do
-  record_floor "$g"
-  step_cpu "floor_apply_$g" bench_run bench/queue_floor_own.sql "$g" -D record=0 -D apply=1 -D together=1
+  record "floor_record_$g" "$g" "${floor_record[@]}"
+  step_cpu "floor_apply_$g" bench_run "$g" bench/queue_floor_own.sql -D record=0 -D apply=1 -D together=1
   all_confirmed "the floor"
-  record_ours "$g"
+  record "ours_record_$g" "$g" bench/record_events.sql
   step_cpu "ours_apply_$g" drain "$g"
   all_confirmed "the worker"
-  record_floor "$g"  # the same backlog shape for our SQL driven by pgbench
-  step_cpu "pgbench_apply_$g" bench_run bench/claim_apply.sql "$g"
+  # The same backlog shape for our SQL driven by pgbench (its record not measured again).
+  fresh_schema && bench_run "$g" "${floor_record[@]}" && settle
+  step_cpu "pgbench_apply_$g" bench_run "$g" bench/claim_apply.sql
   all_confirmed "claim_apply.sql"
 done
 
