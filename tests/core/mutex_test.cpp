@@ -68,6 +68,50 @@ TEST(Mutex, EachWaiterWakesWhenItsOwnConditionHolds) {
   EXPECT_EQ(order, expected);
 }
 
+// Threads waiting for the same thing: one token given wakes one of them to
+// take it, not the herd (counted as evaluations of the shared condition,
+// which each woken thread makes once more); every token given is taken, each
+// by its own thread, the last ones passed on from one woken thread to the next.
+TEST(Mutex, OneTokenWakesOneOfTheThreadsWaitingForIt) {
+  constexpr int kThreads = 6;
+  Mutex mu;
+  int tokens = 0, taken = 0, evaluations = 0;
+  std::vector<std::thread> threads;
+  threads.reserve(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      MutexLock lock(&mu);
+      EXPECT_TRUE(mu.AwaitWithDeadline(
+          [&] {
+            ++evaluations;
+            return tokens > 0;
+          },
+          absl::Now() + absl::Seconds(30)));
+      --tokens;
+      ++taken;
+    });
+  }
+  absl::SleepFor(absl::Milliseconds(100));  // every thread waits by now
+  {
+    MutexLock lock(&mu);
+    evaluations = 0;
+    tokens = 1;
+  }
+  absl::SleepFor(absl::Milliseconds(100));
+  {
+    MutexLock lock(&mu);
+    EXPECT_EQ(taken, 1);
+    // The unlocker's checks until it finds one that holds, the woken thread's
+    // own, its unlock's checks of the others: at most 2 * kThreads - 1 (the
+    // herd, every thread woken to check again, makes more than 2 * kThreads).
+    EXPECT_LE(evaluations, 2 * kThreads - 1);
+    tokens = kThreads - 1;  // the rest: one unlock, a chain of wake-ups
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(taken, kThreads);
+  EXPECT_EQ(tokens, 0);
+}
+
 TEST(Mutex, AwaitReturnsFalseAtTheDeadline) {
   Mutex mu;
   MutexLock lock(&mu);

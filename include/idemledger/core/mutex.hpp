@@ -14,6 +14,7 @@
 #define IDEMLEDGER_CORE_MUTEX_HPP
 
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 
 #include "absl/base/thread_annotations.h"
@@ -31,11 +32,17 @@ class ABSL_LOCKABLE Mutex {
   void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.lock(); }
 
   // Like absl::Mutex, the unlocking thread evaluates the waiters' conditions
-  // (the lock still held) and wakes only those whose condition now holds:
-  // no herd of threads waking to find they must sleep again.
+  // (the lock still held) and wakes only a waiter whose condition holds. It
+  // wakes at most one, and only once
+  // it has let go of the lock: the woken thread finds the lock free instead
+  // of waking to wait for it, and of several threads waiting for the same
+  // thing, one wakes to take it, not all. Whoever wakes passes the turn on
+  // when it lets go in its turn, so every waiter whose condition holds is
+  // woken, one after another.
   void Unlock() ABSL_UNLOCK_FUNCTION() {
-    wake_ready_waiters();
+    const std::shared_ptr<Waiter> next = take_ready_waiter(nullptr);
     mu_.unlock();
+    if (next) next->cv.notify_one();
   }
 
   // AwaitWithDeadline()
@@ -43,57 +50,68 @@ class ABSL_LOCKABLE Mutex {
   // Releases the lock until `ready()` holds (checked with the lock held) or
   // `deadline` passes; returns whether it holds. REQUIRES: this is held.
   // Releasing it is an unlock too: what the caller changed before waiting
-  // wakes the waiters it concerns. `ready` may be evaluated by other threads
+  // wakes the waiter it concerns. `ready` may be evaluated by other threads
   // (under the lock) while this one waits.
   template <typename Ready>
   bool AwaitWithDeadline(Ready ready, absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(this) {
     std::unique_lock<std::mutex> held(mu_, std::adopt_lock);
     bool ok = true;
     if (!ready()) {
-      Waiter me(ready);
-      wake_ready_waiters();  // waiting lets go of the lock: an unlock
-      me.next = waiters_;
-      waiters_ = &me;
+      // On the heap, shared: an unlocker that chose it notifies it after
+      // letting go of the lock, when this thread may already have returned.
+      const auto me = std::make_shared<Waiter>(ready);
+      me->next = waiters_;
+      waiters_ = me.get();
       for (;;) {
-        if (deadline == absl::InfiniteFuture()) {
-          me.cv.wait(held);  // time_point::max() would overflow inside wait_until
-        } else {
-          me.cv.wait_until(held, absl::ToChronoTime(deadline));
+        if (const std::shared_ptr<Waiter> next = take_ready_waiter(me.get())) {
+          held.unlock();  // waiting lets go of the lock: pass the turn on first
+          next->cv.notify_one();
+          held.lock();
+        } else if (!me->woken) {  // (chosen while the lock was let go: no sleep)
+          if (deadline == absl::InfiniteFuture()) {
+            me->cv.wait(held);  // time_point::max() would overflow inside wait_until
+          } else {
+            me->cv.wait_until(held, absl::ToChronoTime(deadline));
+          }
         }
         if (ready()) break;
         if (absl::Now() >= deadline) {
           ok = false;
           break;
         }
-        me.woken = false;  // spurious, or another thread got there first
+        me->woken = false;  // spurious, or another thread got there first
       }
-      unlink(&me);
+      unlink(me.get());
     }
     held.release();  // still locked: the caller's MutexLock unlocks it
     return ok;
   }
 
  private:
-  // A waiting thread: its condition and its own condition variable, on its
-  // stack, listed while it waits. Only touched with mu_ held.
-  struct Waiter {
+  // A waiting thread: its condition and its own condition variable, listed
+  // while it waits. Its fields are only touched with mu_ held, but for the
+  // notify that wakes it.
+  struct Waiter : std::enable_shared_from_this<Waiter> {
     template <typename Ready>
     explicit Waiter(Ready& r)
         : ready(&r), check([](const void* f) { return (*static_cast<const Ready*>(f))(); }) {}
     const void* ready;
     bool (*check)(const void*);
     std::condition_variable cv;
-    bool woken = false;
+    bool woken = false;  // chosen, and not yet back to check its condition
     Waiter* next = nullptr;
   };
 
-  void wake_ready_waiters() {
+  // The first waiter but `except` whose condition holds and that is not
+  // already woken, marked woken; null if none. Called with mu_ held.
+  std::shared_ptr<Waiter> take_ready_waiter(const Waiter* except) {
     for (Waiter* w = waiters_; w != nullptr; w = w->next) {
-      if (!w->woken && w->check(w->ready)) {
+      if (w != except && !w->woken && w->check(w->ready)) {
         w->woken = true;
-        w->cv.notify_one();  // it runs once this thread lets go of mu_
+        return w->weak_from_this().lock();  // (owned by its waiting thread: never null)
       }
     }
+    return nullptr;
   }
 
   void unlink(const Waiter* me) {
