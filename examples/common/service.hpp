@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -61,16 +62,44 @@ inline bool env_prepared_statements() {
   return env_long("IDEMLEDGER_PREPARED_STATEMENTS", 1, 0, 1) == 1;
 }
 
+// Lines logged on this thread while a LogBatch lives are written together
+// when it ends: one write for a group commit's answers instead of one each.
+// Each line keeps the time it was logged at. Batches nest: each writes its own.
+class LogBatch {
+ public:
+  LogBatch() : outer_(std::exchange(current_, this)) {}
+  ~LogBatch() {
+    current_ = outer_;
+    write_out(lines_);
+  }
+  LogBatch(const LogBatch&) = delete;
+  LogBatch& operator=(const LogBatch&) = delete;
+
+  // Writes `line` now, or with this thread's batch.
+  static void write_or_join(std::string line) {
+    if (current_ == nullptr) return write_out(line);
+    current_->lines_ += line;
+  }
+
+ private:
+  static void write_out(const std::string& text) {
+    if (text.empty()) return;
+    static std::mutex mu;
+    std::lock_guard<std::mutex> lock(mu);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+  }
+  static inline thread_local LogBatch* current_ = nullptr;
+  LogBatch* const outer_;
+  std::string lines_;
+};
+
 // One JSON object per line on stdout; `fields` gets "ts" and "level" added.
 inline void log(const char* level, nlohmann::json fields) {
-  static std::mutex mu;
   fields["ts"] = absl::FormatTime(absl::RFC3339_full, absl::Now(), absl::UTCTimeZone());
   fields["level"] = level;
-  const std::string line =
-      fields.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  std::lock_guard<std::mutex> lock(mu);
-  std::fwrite(line.data(), 1, line.size(), stdout);
-  std::fflush(stdout);
+  LogBatch::write_or_join(fields.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+                          "\n");
 }
 
 // What the process used over its life, for its "stopped" line: CPU (user +

@@ -11,8 +11,9 @@
 // by blocked callers. One recorder gathers at a time while the others
 // record or sleep, so a submit wakes at most the gatherer, never every idle
 // thread. A delivery costs no thread hand-off of its own: one wake-up of a
-// recorder per batch, and its answer goes back to its connection's I/O
-// thread.
+// recorder per batch, and one of an I/O thread to take the batch's answers
+// back to their connections (http::AnswerBatch), their log lines written
+// in one go (LogBatch).
 //
 // Guarantees: a callback is called once, only after the transaction holding
 // its delivery committed (or with the status that says it may not be
@@ -37,6 +38,7 @@
 #include <utility>
 #include <vector>
 
+#include "../common/http_server.hpp"
 #include "../common/service.hpp"
 #include "absl/functional/any_invocable.h"
 #include "idemledger.hpp"
@@ -132,6 +134,10 @@ class Recorder {
         idemledger::MutexLock lock(&mu_);
         --in_flight_;
       }
+      // The batch's answers leave together: their log lines in one write,
+      // then their responses in one hand-off to the I/O threads.
+      http::AnswerBatch responses;
+      LogBatch lines;
       for (Item& item : batch) {
         try {
           item.done(std::move(item.answer));
