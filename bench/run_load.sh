@@ -335,14 +335,14 @@ own_floor() {
 own_floor own_g4 4
 own_floor own_g6 6
 
-# usage LOG...: "cpu_ms peak_rss_kb" over the services whose logs are given
-# (each logs its own at its stop: the sum of CPU, the largest peak).
+# usage LOG...: "cpu_ms peak_rss_kb context_switches" over the services whose
+# logs are given (each logs its own at its stop: the sums, the largest peak).
 usage() {
   local present=()
   for f in "$@"; do if [[ -f "$f" ]]; then present+=("$f"); fi; done
-  ((${#present[@]} > 0)) || { echo "0 0"; return; }
-  sed -n 's/.*"usage":{"cpu_ms":\([0-9]*\),"max_rss_kb":\([0-9]*\)}.*/\1 \2/p' "${present[@]}" \
-    | awk '{c += $1; if ($2 > m) m = $2} END {printf "%d %d\n", c, m}'
+  ((${#present[@]} > 0)) || { echo "0 0 0"; return; }
+  sed -n 's/.*"usage":{"context_switches":\([0-9]*\),"cpu_ms":\([0-9]*\),"max_rss_kb":\([0-9]*\)}.*/\2 \3 \1/p' \
+    "${present[@]}" | awk '{c += $1; if ($2 > m) m = $2; x += $3} END {printf "%d %d %d\n", c, m, x}'
 }
 # run_service NAME [VAR=VALUE...]: the whole service once on a fresh schema
 # (scripts/demo-services.sh: intake, 2 workers, the provider; relays and the
@@ -366,12 +366,14 @@ run_service() {
   n=$("${psql[@]}" -d postgres -t -A -c "SELECT count(*) FROM demo.payment_events")
   svc[${name}_events]=$n
   per_event() { awk -v ms="$1" -v n="$n" 'BEGIN {printf "%.0f", ms * 1000 / n}'; }
-  local c m
-  read -r c m < <(usage "$logs/intake.log")
+  local c m x deliveries
+  read -r c m x < <(usage "$logs/intake.log")
   svc[${name}_intake]=$(per_event "$c") svc[${name}_intake_rss]=$((m / 1024))
-  read -r c m < <(usage "$logs"/worker?.log)
+  deliveries=$(grep -c '"msg":"webhook"' "$logs/intake.log")
+  svc[${name}_intake_switches]=$(awk -v x="$x" -v d="$deliveries" 'BEGIN {printf "%.2f", d ? x / d : 0}')
+  read -r c m _ < <(usage "$logs"/worker?.log)
   svc[${name}_workers]=$(per_event "$c") svc[${name}_worker_rss]=$((m / 1024))
-  read -r c m < <(usage "$logs"/relay?.log "$logs/mock.log")
+  read -r c m _ < <(usage "$logs"/relay?.log "$logs/mock.log")
   svc[${name}_relay]=$(per_event "$c")
   c=$(sed -n 's/^provider: own usage: cpu_ms \([0-9]*\),.*/\1/p' "$work/service.log")
   svc[${name}_provider]=$(per_event "$c")
@@ -459,6 +461,8 @@ printf '%-40s %10s %10s\n' "sum" \
   "$((svc[mix_intake] + svc[mix_workers] + svc[mix_relay] + svc[mix_provider] + svc[mix_server]))"
 printf '%-40s %10s %10s\n' "2 cores at the measured rate" \
   "$((2000000 / svc[deposits_tps]))" "$((2000000 / svc[mix_tps]))"
+printf '%-40s %10s %10s\n' "webhook_intake context switches/delivery" "${svc[deposits_intake_switches]}" \
+  "${svc[mix_intake_switches]}"
 printf '%-40s %10s %10s\n' "peak RSS MiB: webhook_intake" "${svc[deposits_intake_rss]}" "${svc[mix_intake_rss]}"
 printf '%-40s %10s %10s\n' "peak RSS MiB: an outbox_worker" "${svc[deposits_worker_rss]}" "${svc[mix_worker_rss]}"
 

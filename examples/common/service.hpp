@@ -103,15 +103,19 @@ inline void log(const char* level, nlohmann::json fields) {
 }
 
 // What the process used over its life, for its "stopped" line: CPU (user +
-// system, every thread) and peak resident memory. bench/run_load.sh reads
-// them to say where a service's time and memory go.
+// system, every thread), peak resident memory, and context switches (every
+// thread, given up or taken: on a virtual machine each costs more than most
+// requests' own work). bench/run_load.sh reads them to say where a
+// service's time and memory go.
 inline nlohmann::json resource_usage() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
   const auto ms = [](const timeval& t) {
     return static_cast<long long>(t.tv_sec) * 1000 + t.tv_usec / 1000;
   };
-  return {{"cpu_ms", ms(u.ru_utime) + ms(u.ru_stime)}, {"max_rss_kb", u.ru_maxrss}};
+  return {{"cpu_ms", ms(u.ru_utime) + ms(u.ru_stime)},
+          {"max_rss_kb", u.ru_maxrss},
+          {"context_switches", u.ru_nvcsw + u.ru_nivcsw}};
 }
 
 // Set by SIGTERM / SIGINT; service loops finish their current work and exit.

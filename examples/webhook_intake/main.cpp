@@ -25,7 +25,7 @@
 // chosen port is logged), IDEMLEDGER_ADMIN_LISTEN ([host:]port, 127.0.0.1:0),
 // IDEMLEDGER_TIMESTAMP_TOLERANCE_S (0 = unsigned timestamps not required),
 // IDEMLEDGER_RATE_LIMIT_RPS (per provider, 200), IDEMLEDGER_RECORDER_THREADS
-// (threads that record = database sessions, 4), IDEMLEDGER_IO_THREADS (2),
+// (threads that record = database sessions, 4), IDEMLEDGER_IO_THREADS (1),
 // IDEMLEDGER_MAX_CONNECTIONS (1024), IDEMLEDGER_REQUEST_TIMEOUT_MS (10000),
 // IDEMLEDGER_PREPARED_STATEMENTS (1; 0 behind PgBouncer < 1.21),
 // IDEMLEDGER_GROUP_COMMIT_MAX (deliveries per transaction, 32; 0 = each its
@@ -143,7 +143,7 @@ int run() {
         "IDEMLEDGER_RECORDER_THREADS sets how many record (1..64, 4)");
   }
   const long threads = example::env_long("IDEMLEDGER_RECORDER_THREADS", 4, 1, 64);
-  const long io_threads = example::env_long("IDEMLEDGER_IO_THREADS", 2, 1, 64);
+  const long io_threads = example::env_long("IDEMLEDGER_IO_THREADS", 1, 1, 64);
   const example::http::Limits limits{.max_body = idemledger::kMaxWebhookBodyLength,
                                      .request_timeout = std::chrono::milliseconds(example::env_long(
                                          "IDEMLEDGER_REQUEST_TIMEOUT_MS", 10'000, 100, 600'000)),
