@@ -33,12 +33,11 @@ class ABSL_LOCKABLE Mutex {
 
   // Like absl::Mutex, the unlocking thread evaluates the waiters' conditions
   // (the lock still held) and wakes only a waiter whose condition holds. It
-  // wakes at most one, and only once
-  // it has let go of the lock: the woken thread finds the lock free instead
-  // of waking to wait for it, and of several threads waiting for the same
-  // thing, one wakes to take it, not all. Whoever wakes passes the turn on
-  // when it lets go in its turn, so every waiter whose condition holds is
-  // woken, one after another.
+  // wakes at most one, and only once it has let go of the lock: the woken
+  // thread finds the lock free instead of waking to wait for it, and of
+  // several threads waiting for the same thing, one wakes to take it, not
+  // all. Whoever wakes passes the turn on when it lets go in its turn, so
+  // every waiter whose condition holds is woken, one after another.
   void Unlock() ABSL_UNLOCK_FUNCTION() {
     const std::shared_ptr<Waiter> next = take_ready_waiter(nullptr);
     mu_.unlock();
