@@ -369,7 +369,7 @@ run_service() {
   local c m x deliveries
   read -r c m x < <(usage "$logs/intake.log")
   svc[${name}_intake]=$(per_event "$c") svc[${name}_intake_rss]=$((m / 1024))
-  deliveries=$(grep -c '"msg":"webhook"' "$logs/intake.log")
+  deliveries=$(grep -c '"msg":"webhook"' "$logs/intake.log" || true)  # (none: grep says 0, exits 1)
   svc[${name}_intake_switches]=$(awk -v x="$x" -v d="$deliveries" 'BEGIN {printf "%.2f", d ? x / d : 0}')
   read -r c m _ < <(usage "$logs"/worker?.log)
   svc[${name}_workers]=$(per_event "$c") svc[${name}_worker_rss]=$((m / 1024))

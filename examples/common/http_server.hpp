@@ -29,6 +29,7 @@
 #include <utility>
 // (a block of its own, so it stays first)
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <boost/asio.hpp>
@@ -120,26 +121,15 @@ class AnswerBatch {
   AnswerBatch() : outer_(std::exchange(current_, this)) {}
   ~AnswerBatch() {
     current_ = outer_;
-    while (!sends_.empty()) {  // one post per server, its answers in order
-      asio::io_context* io = sends_.front().first;
-      std::vector<std::function<void()>> mine;
-      std::vector<std::pair<asio::io_context*, std::function<void()>>> others;
-      for (auto& entry : sends_) {
-        if (entry.first == io) {
-          mine.push_back(std::move(entry.second));
-        } else {
-          others.push_back(std::move(entry));
-        }
-      }
-      sends_ = std::move(others);
-      std::shared_ptr<std::vector<std::function<void()>>> answers;
+    for (Group& group : groups_) {
+      std::shared_ptr<std::vector<std::function<void()>>> sends;
       try {
-        answers = std::make_shared<std::vector<std::function<void()>>>(std::move(mine));
-        asio::post(*io, [answers] {
-          for (const std::function<void()>& send : *answers) send();
+        sends = std::make_shared<std::vector<std::function<void()>>>(std::move(group.sends));
+        asio::post(*group.io, [sends] {
+          for (const std::function<void()>& send : *sends) send();
         });
       } catch (...) {  // (out of memory) handed over one by one instead
-        for (const std::function<void()>& send : answers ? *answers : mine) send();
+        for (const std::function<void()>& send : sends ? *sends : group.sends) send();
       }
     }
   }
@@ -149,13 +139,21 @@ class AnswerBatch {
   // `send` hands one answer to `io`'s threads: now, or with this thread's batch.
   static void send_or_join(asio::io_context& io, std::function<void()> send) {
     if (current_ == nullptr) return send();
-    current_->sends_.emplace_back(&io, std::move(send));
+    std::vector<Group>& groups = current_->groups_;
+    auto group =
+        std::find_if(groups.begin(), groups.end(), [&io](const Group& g) { return g.io == &io; });
+    if (group == groups.end()) group = groups.insert(groups.end(), Group{.io = &io});
+    group->sends.push_back(std::move(send));
   }
 
  private:
+  struct Group {  // one server's answers, in the order given: one post
+    asio::io_context* io;
+    std::vector<std::function<void()>> sends;
+  };
   static inline thread_local AnswerBatch* current_ = nullptr;
   AnswerBatch* const outer_;
-  std::vector<std::pair<asio::io_context*, std::function<void()>>> sends_;
+  std::vector<Group> groups_;
 };
 
 // What a request's header alone decides, before any of its body is read:
