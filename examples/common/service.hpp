@@ -18,6 +18,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "idemledger/core/schema.hpp"
+#include "idemledger/pg/connection.hpp"
 
 namespace example {
 
@@ -56,10 +57,13 @@ inline idemledger::Schema env_schema() {
   return *schema;
 }
 
-// IDEMLEDGER_PREPARED_STATEMENTS=0 sends every statement unnamed, which
-// PgBouncer before 1.21 needs in transaction pooling mode; 1 (default) prepares.
-inline bool env_prepared_statements() {
-  return env_long("IDEMLEDGER_PREPARED_STATEMENTS", 1, 0, 1) == 1;
+// A service's database sessions: named after the service in pg_stat_activity
+// (unless IDEMLEDGER_DSN names them), and IDEMLEDGER_PREPARED_STATEMENTS=0
+// sends every statement unnamed, which PgBouncer before 1.21 needs in
+// transaction pooling mode; 1 (default) prepares.
+inline idemledger::pg::ConnectionOptions env_connection_options(std::string service) {
+  return {.prepared_statements = env_long("IDEMLEDGER_PREPARED_STATEMENTS", 1, 0, 1) == 1,
+          .application_name = std::move(service)};
 }
 
 // Lines logged on this thread while a LogBatch lives are written together

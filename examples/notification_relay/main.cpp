@@ -105,10 +105,9 @@ int main() {
   idemledger::Relay& relay = **created;
 
   // One session per delivery thread, one for the loop, one for scrapes.
-  idemledger::pg::Pool pool(
-      {.dsn = dsn,
-       .max_size = static_cast<std::size_t>(max_in_flight) + 2,
-       .connection = {.prepared_statements = example::env_prepared_statements()}});
+  idemledger::pg::Pool pool({.dsn = dsn,
+                             .max_size = static_cast<std::size_t>(max_in_flight) + 2,
+                             .connection = example::env_connection_options("notification_relay")});
   example::install_stop_handlers();
 
   const example::MetricsEndpoint metrics_endpoint(metrics_port, [&](httplib::Response& res) {

@@ -97,10 +97,9 @@ int main() {
                .claim_linger = absl::Milliseconds(
                    example::env_long("IDEMLEDGER_CLAIM_LINGER_MS", 10, 0, 1'000))});
   // One connection per worker thread, one more for scrapes.
-  idemledger::pg::Pool pool(
-      {.dsn = dsn,
-       .max_size = static_cast<std::size_t>(threads) + 1,
-       .connection = {.prepared_statements = example::env_prepared_statements()}});
+  idemledger::pg::Pool pool({.dsn = dsn,
+                             .max_size = static_cast<std::size_t>(threads) + 1,
+                             .connection = example::env_connection_options("outbox_worker")});
   example::install_stop_handlers();
 
   const example::MetricsEndpoint metrics_endpoint(metrics_port, [&](httplib::Response& res) {

@@ -54,6 +54,9 @@
 
 namespace {
 
+// What pg_stat_activity calls the provider's own sessions (its checks).
+constexpr char kSessionName[] = "provider_simulator";
+
 struct SimAsset {
   idemledger::AssetCode code;
   int decimals;
@@ -214,7 +217,7 @@ bool check(bool ok, const std::string& what) {
 
 std::unique_ptr<idemledger::pg::Connection> connect(const std::string& dsn) {
   absl::StatusOr<std::unique_ptr<idemledger::pg::Connection>> c =
-      idemledger::pg::Connection::open(dsn);
+      idemledger::pg::Connection::open(dsn, {.application_name = kSessionName});
   if (!c.ok()) example::config_error("cannot connect: " + c.status().ToString());
   return std::move(*c);
 }
@@ -407,7 +410,7 @@ class Provider {
     for (int attempt = 0; attempt < 300; ++attempt) {
       if (db_ == nullptr || db_->is_broken()) {
         absl::StatusOr<std::unique_ptr<idemledger::pg::Connection>> c =
-            idemledger::pg::Connection::open(dsn_);
+            idemledger::pg::Connection::open(dsn_, {.application_name = kSessionName});
         db_ = c.ok() ? std::move(*c) : nullptr;
       }
       if (db_ != nullptr) {

@@ -155,10 +155,9 @@ int run() {
     example::config_error("IDEMLEDGER_WEBHOOK_SECRET: " + std::string(verifier.status().message()));
   }
 
-  idemledger::pg::Pool pool(
-      {.dsn = dsn,
-       .max_size = static_cast<std::size_t>(threads + 2),
-       .connection = {.prepared_statements = example::env_prepared_statements()}});
+  idemledger::pg::Pool pool({.dsn = dsn,
+                             .max_size = static_cast<std::size_t>(threads + 2),
+                             .connection = example::env_connection_options("webhook_intake")});
   // Group commit: concurrent deliveries share one transaction (0: each its own).
   const long group_max = example::env_long("IDEMLEDGER_GROUP_COMMIT_MAX", 32, 0,
                                            static_cast<long>(idemledger::kMaxRecordBatch));

@@ -4,9 +4,11 @@
 #include <libpq-fe.h>
 #include <poll.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -28,6 +30,8 @@ struct ResultDeleter {
 };
 using ResultPtr = std::unique_ptr<PGresult, ResultDeleter>;
 
+// NAMEDATALEN - 1: the longest application_name the server keeps whole.
+constexpr std::size_t kMaxApplicationName = 63;
 // SQLSTATE 08006 stands in when libpq reports a lost connection itself.
 constexpr char kConnectionFailure[] = "08006";
 
@@ -168,10 +172,22 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::open(std::string_view ds
     return absl::InvalidArgumentError(fmt::format("invalid PostgreSQL DSN: {}", why));
   }
   PQconninfoFree(parsed);
+  if (const std::string& name = options.application_name;
+      name.size() > kMaxApplicationName ||
+      !std::all_of(name.begin(), name.end(), [](char ch) { return ch >= 0x20 && ch <= 0x7e; })) {
+    return absl::InvalidArgumentError(
+        fmt::format("application_name must be at most {} printable ASCII characters, got {} bytes",
+                    kMaxApplicationName, name.size()));
+  }
 
   auto impl = std::make_unique<Impl>();
-  impl->options = options;
-  impl->conn.reset(PQconnectdb(conninfo.c_str()));
+  impl->options = std::move(options);
+  // The DSN is expanded as `dbname` (a conninfo string or URI); a name in it
+  // wins over the fallback.
+  const std::string& name = impl->options.application_name;
+  const char* const keywords[] = {"dbname", "fallback_application_name", nullptr};
+  const char* const values[] = {conninfo.c_str(), name.empty() ? nullptr : name.c_str(), nullptr};
+  impl->conn.reset(PQconnectdbParams(keywords, values, /*expand_dbname=*/1));
   if (impl->conn == nullptr)
     return absl::ResourceExhaustedError("libpq could not allocate a connection");
   // Server NOTICEs ("schema ... does not exist, skipping") are not the host's

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <thread>
 
+#include "gmock/gmock.h"
 #include "idemledger/core/status.hpp"
 #include "idemledger/pg/pool.hpp"
 #include "tests/support/test_db.hpp"
@@ -202,6 +203,33 @@ TEST(PgConnection, UnnamedStatementModeWorksForPgBouncer) {
   const Statement batch[] = {{"SELECT 1", {}}, {"SELECT $1::text", p}};
   EXPECT_EQ((*c)->execute_atomically(batch)->at(0, 0), "x");
   EXPECT_EQ((*c)->execute("SELECT count(*) FROM pg_prepared_statements")->at(0, 0), "0");
+}
+
+TEST(PgConnection, NamesItsSessionUnlessTheDsnDoes) {
+  pg::ConnectionOptions options = test_connection_options();
+  const auto name_seen = [&](const std::string& dsn) -> std::string {
+    absl::StatusOr<std::unique_ptr<pg::Connection>> c = pg::Connection::open(dsn, options);
+    if (!c.ok()) return c.status().ToString();
+    absl::StatusOr<Result> r = (*c)->execute("SELECT current_setting('application_name')");
+    return r.ok() ? r->at(0, 0).value_or("NULL") : r.status().ToString();
+  };
+  options.application_name = "outbox_worker (test 1.0)";
+  EXPECT_EQ(name_seen(test_dsn()), "outbox_worker (test 1.0)");
+  options.application_name = std::string(63, 'n');
+  EXPECT_EQ(name_seen(test_dsn()), options.application_name) << "63 characters are kept whole";
+  EXPECT_EQ(name_seen(test_dsn() + " application_name=from_dsn"), "from_dsn")
+      << "the DSN's own name wins over the fallback";
+
+  // Refused before any connection is tried, with the rule that was broken.
+  for (const std::string& bad : {std::string(64, 'n'), std::string("tab\there"),
+                                 std::string("caf\xc3\xa9"), std::string("nul\0x", 5)}) {
+    options.application_name = bad;
+    absl::StatusOr<std::unique_ptr<pg::Connection>> c = pg::Connection::open(test_dsn(), options);
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(c.status().message(), ::testing::HasSubstr("printable ASCII")) << bad;
+  }
+  pg::Pool pool({.dsn = test_dsn(), .max_size = 1, .connection = options});
+  EXPECT_EQ(pool.acquire().status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(PgConnection, PipelinedBatchIsAtomic) {

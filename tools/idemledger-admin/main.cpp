@@ -588,8 +588,8 @@ int main(int argc, char** argv) {
     const Args a = parse_args(argc, argv);
     // Unnamed statements: an operator's one-off commands gain nothing from
     // preparing, and they then also work through PgBouncer < 1.21.
-    std::unique_ptr<idemledger::pg::Connection> c =
-        must(idemledger::pg::Connection::open(a.dsn, {.prepared_statements = false}));
+    std::unique_ptr<idemledger::pg::Connection> c = must(idemledger::pg::Connection::open(
+        a.dsn, {.prepared_statements = false, .application_name = "idemledger-admin"}));
     // On a standby (target_session_attrs=prefer-standby keeps reads off the
     // primary) every figure is as of its replay: say how far behind it was.
     // A verb that writes fails there (25006) and says so.

@@ -10,6 +10,8 @@
 // `prepared_statements = false` there and every statement is sent unnamed
 // (parse + bind + execute in one message sequence). execute_atomically() uses
 // libpq pipeline mode: the whole batch and its commit cost one round trip.
+// `application_name` names the session to the server (pg_stat_activity, the
+// log's %a, pg_stat_statements' sessions) unless the DSN names it itself.
 //
 // This header does not include libpq-fe.h.
 // Connection is thread-compatible: one thread at a time.
@@ -29,6 +31,12 @@ struct ConnectionOptions {
   // Named prepared statements (fast, direct connections) or unnamed ones
   // (PgBouncer < 1.21 in transaction pooling mode).
   bool prepared_statements = true;
+  // The session's application_name when the DSN does not set one (libpq's
+  // fallback_application_name), so an operator sees which service holds a
+  // session. At most 63 printable ASCII characters (the server's own limit;
+  // it would cut a longer name and turn other bytes into '?'); anything else
+  // is refused by open() with kInvalidArgument. Empty: none.
+  std::string application_name;
 };
 
 class Connection final : public idemledger::Connection {
