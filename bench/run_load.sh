@@ -24,10 +24,12 @@
 # again with every worker thread claiming (no spare), and the demo's mix; webhook -> confirmed
 # events/s and time-to-confirm next to the bare process_deposit figure, and
 # where the CPU goes per event (each service's own getrusage, logged at its
-# stop; the server's from /proc) with intake's and a worker's peak RSS, and
+# stop; the server's from /proc, and its share in intake's and the workers'
+# sessions by application_name) with intake's and a worker's peak RSS, and
 # the ceiling these 2 cores put on it: the bare loop's server CPU per deposit
 # (read inside one more run of it) plus the provider's, then plus intake's and
-# the workers', then with the server's as measured, each as 2 cores / µs;
+# the workers', then with the server's as measured in their sessions, each as
+# 2 cores / µs;
 # beside it the queued path's floor: bench/queue_floor.sql, what PostgreSQL
 # itself needs to record every event twice, claim and apply it (g events per
 # statement, set-based), its rate and server CPU per event, and the ceiling
@@ -355,7 +357,7 @@ run_service() {
   "${psql[@]}" -d postgres -c "DROP SCHEMA IF EXISTS demo CASCADE" >/dev/null 2>&1
   local pg_before pg_after
   pg_before=$(pg_cpu_ms)
-  env SIM_EVENTS="$SIM_EVENTS" "$@" bash scripts/demo-services.sh >"$work/service.log" 2>&1 \
+  env SIM_EVENTS="$SIM_EVENTS" DEMO_SESSION_CPU="$work/sessions" "$@" bash scripts/demo-services.sh >"$work/service.log" 2>&1 \
     || { cat "$work/service.log" >&2; exit 1; }
   sessions_gone postgres
   pg_after=$(pg_cpu_ms)
@@ -378,6 +380,12 @@ run_service() {
   c=$(sed -n 's/^provider: own usage: cpu_ms \([0-9]*\),.*/\1/p' "$work/service.log")
   svc[${name}_provider]=$(per_event "$c")
   svc[${name}_server]=$(per_event $((pg_after - pg_before)))
+  # The server's share by whose sessions they were (application_name); the
+  # rest is setup, the provider's checks, the admin commands, background work.
+  session_ms() { awk -v n="$1" '$1 == n {print $2}' "$work/sessions"; }
+  svc[${name}_server_intake]=$(per_event "$(session_ms webhook_intake)")
+  svc[${name}_server_workers]=$(per_event "$(session_ms outbox_worker)")
+  svc[${name}_server_relays]=$(per_event "$(session_ms notification_relay)")
   cp "$work/service.log" "$results/service_$name.log"
 }
 echo "service: webhook_intake + 2 outbox_worker processes, ${SIM_EVENTS:=10000} events, deposits only, then the demo's mix" >&2
@@ -422,8 +430,9 @@ ceiling() { printf '%-40s %10s %10s\n' "$1" "$((2000000 / $2))" "$(ratio $((2000
 ceiling "provider + the bare's server work" $((svc[deposits_provider] + bare_server))
 ceiling "  ... + intake and workers as measured" \
   $((svc[deposits_provider] + bare_server + svc[deposits_intake] + svc[deposits_workers]))
-ceiling "  ... + the server's work as measured" \
-  $((svc[deposits_provider] + svc[deposits_server] + svc[deposits_intake] + svc[deposits_workers]))
+ceiling "  ... + the server's work in its sessions" \
+  $((svc[deposits_provider] + svc[deposits_server_intake] + svc[deposits_server_workers] + svc[deposits_intake] \
+    + svc[deposits_workers]))
 ceiling "provider + queue floor server work, g=6" $((svc[deposits_provider] + qf[g6_server]))
 ceiling "  ... + intake and workers as measured" \
   $((svc[deposits_provider] + qf[g6_server] + svc[deposits_intake] + svc[deposits_workers]))
@@ -456,6 +465,9 @@ for k in intake workers relay provider server; do
   esac
   printf '%-40s %10s %10s\n' "$label" "${svc[deposits_$k]}" "${svc[mix_$k]}"
 done
+printf '%-40s %10s %10s\n' "  ... in webhook_intake's sessions" "${svc[deposits_server_intake]}" "${svc[mix_server_intake]}"
+printf '%-40s %10s %10s\n' "  ... in the outbox_workers' sessions" "${svc[deposits_server_workers]}" "${svc[mix_server_workers]}"
+printf '%-40s %10s %10s\n' "  ... in the relays' sessions" "${svc[deposits_server_relays]}" "${svc[mix_server_relays]}"
 printf '%-40s %10s %10s\n' "sum" \
   "$((svc[deposits_intake] + svc[deposits_workers] + svc[deposits_relay] + svc[deposits_provider] + svc[deposits_server]))" \
   "$((svc[mix_intake] + svc[mix_workers] + svc[mix_relay] + svc[mix_provider] + svc[mix_server]))"

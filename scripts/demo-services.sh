@@ -3,6 +3,7 @@
 # services, runs the provider, stops the services (SIGTERM) whatever happens.
 # DEMO_RELAYS=0 (bench/run_load.sh) leaves out the notifications, their
 # relays, the mock API and its outage: intake and the workers alone.
+# DEMO_SESSION_CPU: below.
 set -euo pipefail
 relays=${DEMO_RELAYS:-2}
 [[ "$relays" =~ ^[0-8]$ ]] || { echo "DEMO_RELAYS must be 0..8, got '$relays'" >&2; exit 2; }
@@ -61,6 +62,18 @@ if ((relays > 0)); then
 fi
 
 IDEMLEDGER_INTAKE_PORT=$port "$bin/provider_simulator/provider_simulator" run
+# DEMO_SESSION_CPU=FILE (bench/run_load.sh): the server's CPU so far in each
+# service's sessions ("NAME MS" lines, by application_name), read from /proc
+# while the sessions are still open.
+if [[ -n "${DEMO_SESSION_CPU:-}" ]]; then
+  hz=$(getconf CLK_TCK)
+  psql "$IDEMLEDGER_DSN" -X -q -t -A -F ' ' -c "SELECT pid, application_name FROM pg_stat_activity
+      WHERE application_name IN ('webhook_intake', 'outbox_worker', 'notification_relay')" |
+    while read -r pid name; do
+      awk -v n="$name" '{print n, $14 + $15}' "/proc/$pid/stat" 2>/dev/null || true
+    done | awk -v hz="$hz" '{t[$1] += $2} END {for (n in t) printf "%s %d\n", n, t[n] * 1000 / hz}' \
+    >"$DEMO_SESSION_CPU"
+fi
 if ((relays > 0)); then
   wait "$outage"
   MOCK_PORT=$mock_port RELAY_BOUND=$((relays * relay_in_flight)) \
