@@ -173,8 +173,9 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::open(std::string_view ds
   }
   PQconninfoFree(parsed);
   if (const std::string& name = options.application_name;
-      name.size() > kMaxApplicationName ||
-      !std::all_of(name.begin(), name.end(), [](char ch) { return ch >= 0x20 && ch <= 0x7e; })) {
+      name.size() > kMaxApplicationName || !std::all_of(name.begin(), name.end(), [](char ch) {
+        return absl::ascii_isprint(static_cast<unsigned char>(ch));
+      })) {
     return absl::InvalidArgumentError(
         fmt::format("application_name must be at most {} printable ASCII characters, got {} bytes",
                     kMaxApplicationName, name.size()));
