@@ -42,12 +42,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <random>
 #include <set>
 #include <thread>
 #include <vector>
 
+#include "../common/http_client.hpp"
 #include "../common/service.hpp"
 #include "idemledger.hpp"
 #include "idemledger/pg/connection.hpp"
@@ -56,6 +58,9 @@ namespace {
 
 // What pg_stat_activity calls the provider's own sessions (its checks).
 constexpr char kSessionName[] = "provider_simulator";
+// The longest one delivery may take, from connecting to the answer's last
+// byte (httplib's read timeout, which the provider used before, was 5 s).
+constexpr std::chrono::milliseconds kDeliveryTimeout{5000};
 
 struct SimAsset {
   idemledger::AssetCode code;
@@ -389,9 +394,9 @@ class Provider {
     senders.reserve(static_cast<std::size_t>(concurrency_));
     for (long t = 0; t < concurrency_; ++t) {
       senders.emplace_back([&] {
-        httplib::Client client("127.0.0.1", static_cast<int>(port_));
-        client.set_keep_alive(true);
-        client.set_tcp_nodelay(true);
+        example::HttpCaller client(
+            example::Url("http://127.0.0.1:" + std::to_string(port_) + "/webhooks/payments"),
+            kDeliveryTimeout);
         for (std::size_t i; (i = next++) < deliveries.size();) {
           if (pace_ > 0) {
             absl::SleepFor(paced_from +
@@ -461,16 +466,16 @@ class Provider {
   long port_ = example::env_long("IDEMLEDGER_INTAKE_PORT", 8080, 1, 65535);
 
  private:
-  void deliver(httplib::Client& client, const Delivery& d) {
+  void deliver(example::HttpCaller& client, const Delivery& d) {
     const std::string body = body_of(events[static_cast<std::size_t>(d.event)], d);
     const std::string ts = tolerance_s_ > 0 ? std::to_string(absl::ToUnixSeconds(absl::Now())) : "";
     std::string signature = signer_->sign(body, ts);
     if (d.kind == Kind::kTampered) signature[0] = signature[0] == 'a' ? 'b' : 'a';
-    httplib::Headers headers = {{"X-Signature", signature}};
-    if (!ts.empty()) headers.emplace("X-Timestamp", ts);
+    std::vector<std::pair<std::string, std::string>> headers = {{"X-Signature", signature}};
+    if (!ts.empty()) headers.emplace_back("X-Timestamp", ts);
     for (int attempt = 0;; ++attempt) {  // a provider redelivers on 429/503/network errors
-      httplib::Result r = client.Post("/webhooks/payments", headers, body, "application/json");
-      if (r && r->status != 429 && r->status != 503) {
+      const absl::StatusOr<example::HttpAnswer> r = client.post(body, headers);
+      if (r.ok() && r->status != 429 && r->status != 503) {
         if (r->status != expected_status(d.kind)) {
           ++tally_["unexpected"];
           std::fprintf(stderr, "unexpected %d for %s: %s\n", r->status, body.c_str(),
