@@ -212,11 +212,25 @@ int run() {
 
   // Declared after what its callbacks use, before what submits to it.
   example::Recorder recorder(
-      pool, {.schema = schema,
-             .threads = static_cast<int>(threads),
-             .max_batch = static_cast<std::size_t>(std::max<long>(group_max, 1)),
-             .max_wait = absl::Milliseconds(group_max > 0 ? group_ms : 0),
-             .max_in_flight = group_max > 0 ? static_cast<int>(group_in_flight) : 1});
+      pool,
+      {.schema = schema,
+       .threads = static_cast<int>(threads),
+       .max_batch = static_cast<std::size_t>(std::max<long>(group_max, 1)),
+       .max_wait = absl::Milliseconds(group_max > 0 ? group_ms : 0),
+       .max_in_flight = group_max > 0 ? static_cast<int>(group_in_flight) : 1,
+       .instruments = {
+           .batch_deliveries = &idemledger::histogram(
+               registry, "idemledger_intake_batch_deliveries",
+               "Deliveries recorded per group commit (one transaction).", {1, 2, 4, 8, 16, 32, 64}),
+           .wait_seconds = &idemledger::histogram(
+               registry, "idemledger_intake_batch_wait_seconds",
+               "Per delivery: from its check to the start of its group commit's transaction.",
+               idemledger::default_latency_buckets()),
+           .record_seconds = &idemledger::histogram(
+               registry, "idemledger_intake_batch_record_seconds",
+               "Per group commit: from the start of its transaction to every delivery's answer.",
+               idemledger::default_latency_buckets()),
+       }});
 
   // On the I/O thread that read the request: everything up to the record is
   // CPU only, and the record is the recorder's.

@@ -27,6 +27,13 @@
 // connection (the server reads a connection's next request only after
 // answering this one), so the server's max_connections bounds it.
 //
+// Measured (Options::instruments, each optional): how many deliveries each
+// batch held; how long each delivery waited between its submit and the start
+// of its batch's transaction (the batch ahead committing, and the gathering);
+// and how long each batch took from that start until every delivery in it had
+// its answer (one round trip and commit, retries and their pauses included).
+// A delivery's time in the recorder is its wait plus its batch's record.
+//
 // Thread-safety: submit() from any thread; stop() from one.
 #ifndef IDEMLEDGER_EXAMPLES_WEBHOOK_INTAKE_RECORDER_HPP
 #define IDEMLEDGER_EXAMPLES_WEBHOOK_INTAKE_RECORDER_HPP
@@ -42,6 +49,7 @@
 #include "../common/service.hpp"
 #include "absl/functional/any_invocable.h"
 #include "idemledger.hpp"
+#include "idemledger/core/metrics.hpp"
 #include "idemledger/core/mutex.hpp"
 #include "idemledger/pg/pool.hpp"
 
@@ -57,6 +65,11 @@ class Recorder {
     absl::Duration max_wait = absl::Milliseconds(2);
     int max_in_flight = 1;  // 0: every batch gathers for max_wait
     idemledger::RetryPolicy retry{.max_attempts = 4};
+    struct Instruments {  // (null: not measured)
+      prometheus::Histogram* batch_deliveries = nullptr;
+      prometheus::Histogram* wait_seconds = nullptr;    // per delivery
+      prometheus::Histogram* record_seconds = nullptr;  // per batch
+    } instruments;
   };
 
   Recorder(idemledger::pg::Pool& pool, Options options) : pool_(pool), options_(options) {
@@ -129,11 +142,13 @@ class Recorder {
         }
         ++in_flight_;
       }
+      const absl::Time started = absl::Now();
       record(batch);
       {
         idemledger::MutexLock lock(&mu_);
         --in_flight_;
       }
+      measure(batch, started, absl::Now());
       // The batch's answers leave together: their log lines in one write,
       // then their responses in one hand-off to the I/O threads.
       http::AnswerBatch responses;
@@ -147,6 +162,15 @@ class Recorder {
       }
       batch.clear();  // (the Responders of any unanswered go with it)
     }
+  }
+
+  void measure(const std::vector<Item>& batch, absl::Time started, absl::Time recorded) const {
+    const Options::Instruments& m = options_.instruments;
+    if (m.batch_deliveries != nullptr)
+      m.batch_deliveries->Observe(static_cast<double>(batch.size()));
+    if (m.record_seconds != nullptr) idemledger::observe(*m.record_seconds, recorded - started);
+    if (m.wait_seconds == nullptr) return;
+    for (const Item& item : batch) idemledger::observe(*m.wait_seconds, started - item.since);
   }
 
   // Records `batch` until every delivery has an answer that is not worth

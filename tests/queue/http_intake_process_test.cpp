@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "gmock/gmock.h"
 #include "idemledger/ledger/asset.hpp"
 #include "idemledger/queue/dispatcher.hpp"
@@ -201,6 +202,16 @@ TEST_F(HttpIntake, MetricsFollowTheEventsThroughIntakeAndWorker) {
   EXPECT_EQ(s["idemledger_webhook_requests_total{result=\"accepted\",status=\"200\"}"], "20");
   EXPECT_EQ(s["idemledger_webhook_requests_total{result=\"duplicate\",status=\"200\"}"], "5");
   EXPECT_EQ(s["idemledger_webhook_requests_total{result=\"refused\",status=\"401\"}"], "1");
+  // One sender waiting for each answer: 25 group commits of one delivery
+  // each (the refused one never reached the recorder), each timed.
+  EXPECT_EQ(s["idemledger_intake_batch_deliveries_count"], "25");
+  EXPECT_EQ(s["idemledger_intake_batch_deliveries_sum"], "25");
+  EXPECT_EQ(s["idemledger_intake_batch_deliveries_bucket{le=\"1\"}"], "25");
+  EXPECT_EQ(s["idemledger_intake_batch_wait_seconds_count"], "25");
+  EXPECT_EQ(s["idemledger_intake_batch_record_seconds_count"], "25");
+  double recording = 0;
+  EXPECT_TRUE(absl::SimpleAtod(s["idemledger_intake_batch_record_seconds_sum"], &recording));
+  EXPECT_GT(recording, 0);
   EXPECT_EQ(s["idemledger_queue_events{status=\"pending\"}"], "20");
   EXPECT_EQ(s["idemledger_metrics_database_up"], "1");
 
