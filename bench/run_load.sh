@@ -386,6 +386,30 @@ run_service() {
   svc[${name}_server_intake]=$(per_event "$(session_ms webhook_intake)")
   svc[${name}_server_workers]=$(per_event "$(session_ms outbox_worker)")
   svc[${name}_server_relays]=$(per_event "$(session_ms notification_relay)")
+  # Where a delivery's time goes (means): a sender's cycle (senders over
+  # deliveries/s, between intake's first and last answer), its wait for its
+  # group commit to start and that commit's record (intake's histograms),
+  # and, per group commit, intake's sessions' CPU and their wait for a core
+  # (the run queue, schedstat; -1 where the kernel keeps none).
+  local prom=$logs/intake.prom span batches
+  prom_mean() { # NAME [SCALE]: NAME's _sum / _count, times SCALE
+    awk -v k="$1" -v x="${2:-1}" '$1 == k "_sum" {s = $2} $1 == k "_count" {c = $2}
+      END {printf "%.2f", c ? s / c * x : 0}' "$prom"
+  }
+  span=$(grep '"msg":"webhook"' "$logs/intake.log" | sed -n 's/.*"ts":"[^T]*T\([0-9:.]*\).*/\1/; 1p; $p' |
+    awk -F: '{t = $1 * 3600 + $2 * 60 + $3} NR == 1 {a = t} END {d = t - a; printf "%.3f", d < 0 ? d + 86400 : d}')
+  svc[${name}_cycle_ms]=$(awk -v s="${SIM_CONCURRENCY:-16}" -v t="$span" -v d="$deliveries" \
+    'BEGIN {printf "%.2f", d ? s * t * 1000 / d : 0}')
+  svc[${name}_batch]=$(prom_mean idemledger_intake_batch_deliveries)
+  svc[${name}_gather_ms]=$(prom_mean idemledger_intake_batch_wait_seconds 1000)
+  svc[${name}_record_ms]=$(prom_mean idemledger_intake_batch_record_seconds 1000)
+  batches=$(awk '$1 == "idemledger_intake_batch_deliveries_count" {print $2}' "$prom")
+  session_wait() { awk -v n="$1" '$1 == n {print $3}' "$work/sessions"; }
+  per_batch() { awk -v ms="$1" -v b="$batches" 'BEGIN {printf "%.2f", ms < 0 ? -1 : (b ? ms / b : 0)}'; }
+  svc[${name}_record_cpu_ms]=$(per_batch "$(session_ms webhook_intake)")
+  svc[${name}_record_runq_ms]=$(per_batch "$(session_wait webhook_intake)")
+  svc[${name}_intake_runq_us]=$(awk -v ms="$(session_wait process:webhook_intake)" -v d="$deliveries" \
+    'BEGIN {printf "%.0f", ms < 0 ? -1 : (d ? ms * 1000 / d : 0)}')
   cp "$work/service.log" "$results/service_$name.log"
 }
 echo "service: webhook_intake + 2 outbox_worker processes, ${SIM_EVENTS:=10000} events, deposits only, then the demo's mix" >&2
@@ -477,6 +501,22 @@ printf '%-40s %10s %10s\n' "webhook_intake context switches/delivery" "${svc[dep
   "${svc[mix_intake_switches]}"
 printf '%-40s %10s %10s\n' "peak RSS MiB: webhook_intake" "${svc[deposits_intake_rss]}" "${svc[mix_intake_rss]}"
 printf '%-40s %10s %10s\n' "peak RSS MiB: an outbox_worker" "${svc[deposits_worker_rss]}" "${svc[mix_worker_rss]}"
+
+# A sender waits for each answer, and each 200 waits for its group commit:
+# the rate is senders / cycle. What the cycle is made of, in the same runs.
+printf '\nWhere a delivery'"'"'s time goes, ms (means over the run; each of %s senders waits for its answer)\n' "${SIM_CONCURRENCY:-16}"
+printf '%-52s %10s %10s\n' step deposits mix
+lat() { printf '%-52s %10s %10s\n' "$1" "${svc[deposits_$2]}" "${svc[mix_$2]}"; }
+lat "a sender's cycle: senders / deliveries per second" cycle_ms
+lat "  in intake, waiting for its group commit to start" gather_ms
+lat "  in intake, its group commit (a round trip, commit)" record_ms
+lat "  ... deliveries in one group commit" batch
+lat "  ... its session's CPU per group commit" record_cpu_ms
+lat "  ... its session's wait for a core per group commit" record_runq_ms
+printf '%-52s %10s %10s\n' "  the rest: provider, HTTP both ways, checks" \
+  "$(awk -v c="${svc[deposits_cycle_ms]}" -v g="${svc[deposits_gather_ms]}" -v r="${svc[deposits_record_ms]}" 'BEGIN {printf "%.2f", c - g - r}')" \
+  "$(awk -v c="${svc[mix_cycle_ms]}" -v g="${svc[mix_gather_ms]}" -v r="${svc[mix_record_ms]}" 'BEGIN {printf "%.2f", c - g - r}')"
+printf '%-52s %10s %10s\n' "intake's threads' wait for a core, µs per delivery" "${svc[deposits_intake_runq_us]}" "${svc[mix_intake_runq_us]}"
 
 # The queue alone: DRAIN_EVENTS deposits recorded as intake records them
 # (pending), then 2 outbox_workers start (as in the service runs) and drain

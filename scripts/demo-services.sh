@@ -63,15 +63,28 @@ fi
 
 IDEMLEDGER_INTAKE_PORT=$port "$bin/provider_simulator/provider_simulator" run
 # DEMO_SESSION_CPU=FILE (bench/run_load.sh): the server's CPU so far in each
-# service's sessions ("NAME MS" lines, by application_name), read from /proc
-# while the sessions are still open.
+# service's sessions, by application_name, and the time they waited for a
+# core (the scheduler's run-queue delay, /proc/PID/schedstat; -1 where the
+# kernel keeps none): "NAME CPU_MS WAIT_MS" lines, read from /proc while the
+# sessions are still open; then "process:webhook_intake CPU_MS WAIT_MS", all
+# of intake's threads.
 if [[ -n "${DEMO_SESSION_CPU:-}" ]]; then
   hz=$(getconf CLK_TCK)
-  psql "$IDEMLEDGER_DSN" -X -q -t -A -F ' ' -c "SELECT pid, application_name FROM pg_stat_activity
-      WHERE application_name IN ('webhook_intake', 'outbox_worker', 'notification_relay')" |
-    while read -r pid name; do
-      awk -v n="$name" '{print n, $14 + $15}' "/proc/$pid/stat" 2>/dev/null || true
-    done | awk -v hz="$hz" '{t[$1] += $2} END {for (n in t) printf "%s %d\n", n, t[n] * 1000 / hz}' \
+  # CPU from stat (ticks), the run-queue delay from schedstat (ns).
+  cpu_and_wait() {
+    local label=$1 pid=$2 task
+    for task in "/proc/$pid/task"/*; do
+      awk -v n="$label" -v w="$(awk '{print $2}' "$task/schedstat" 2>/dev/null || echo -1)" \
+        '{print n, $14 + $15, w}' "$task/stat" 2>/dev/null || true
+    done
+  }
+  {
+    psql "$IDEMLEDGER_DSN" -X -q -t -A -F ' ' -c "SELECT pid, application_name FROM pg_stat_activity
+        WHERE application_name IN ('webhook_intake', 'outbox_worker', 'notification_relay')" |
+      while read -r pid name; do cpu_and_wait "$name" "$pid"; done
+    cpu_and_wait process:webhook_intake "${pids[0]}"
+  } | awk -v hz="$hz" '{t[$1] += $2; w[$1] = (w[$1] < 0 || $3 < 0) ? -1 : w[$1] + $3}
+      END {for (n in t) printf "%s %d %d\n", n, t[n] * 1000 / hz, w[n] < 0 ? -1 : w[n] / 1e6}' \
     >"$DEMO_SESSION_CPU"
 fi
 if ((relays > 0)); then
