@@ -29,7 +29,9 @@
 # the ceiling these 2 cores put on it: the bare loop's server CPU per deposit
 # (read inside one more run of it) plus the provider's, then plus intake's and
 # the workers', then with the server's as measured in their sessions, each as
-# 2 cores / µs;
+# 2 cores / µs; and where a delivery's time goes: a sender's cycle, intake's
+# wait for its group commit and that commit's record (its /metrics
+# histograms), the commit's session's CPU and wait for a core (schedstat);
 # beside it the queued path's floor: bench/queue_floor.sql, what PostgreSQL
 # itself needs to record every event twice, claim and apply it (g events per
 # statement, set-based), its rate and server CPU per event, and the ceiling
