@@ -389,7 +389,8 @@ run_service() {
   svc[${name}_server_workers]=$(per_event "$(session_ms outbox_worker)")
   svc[${name}_server_relays]=$(per_event "$(session_ms notification_relay)")
   # Where a delivery's time goes (means): a sender's cycle (senders over
-  # deliveries/s, between intake's first and last answer), its wait for its
+  # deliveries/s while intake answers: gaps of a second or more between two
+  # answers, the mix's pause between its rounds, left out), its wait for its
   # group commit to start and that commit's record (intake's histograms),
   # and, per group commit, intake's sessions' CPU and their wait for a core
   # (the run queue, schedstat; -1 where the kernel keeps none).
@@ -398,8 +399,9 @@ run_service() {
     awk -v k="$1" -v x="${2:-1}" '$1 == k "_sum" {s = $2} $1 == k "_count" {c = $2}
       END {printf "%.2f", c ? s / c * x : 0}' "$prom"
   }
-  span=$(grep '"msg":"webhook"' "$logs/intake.log" | sed -n 's/.*"ts":"[^T]*T\([0-9:.]*\).*/\1/; 1p; $p' |
-    awk -F: '{t = $1 * 3600 + $2 * 60 + $3} NR == 1 {a = t} END {d = t - a; printf "%.3f", d < 0 ? d + 86400 : d}')
+  span=$(grep '"msg":"webhook"' "$logs/intake.log" | sed -n 's/.*"ts":"[^T]*T\([0-9:.]*\).*/\1/p' |
+    awk -F: '{t = $1 * 3600 + $2 * 60 + $3; d = t - p; if (d < 0) d += 86400; if (NR > 1 && d < 1) s += d; p = t}
+      END {printf "%.3f", s}')
   svc[${name}_cycle_ms]=$(awk -v s="${SIM_CONCURRENCY:-16}" -v t="$span" -v d="$deliveries" \
     'BEGIN {printf "%.2f", d ? s * t * 1000 / d : 0}')
   svc[${name}_batch]=$(prom_mean idemledger_intake_batch_deliveries)
