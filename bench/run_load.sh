@@ -407,6 +407,8 @@ run_service() {
   svc[${name}_batch]=$(prom_mean idemledger_intake_batch_deliveries)
   svc[${name}_gather_ms]=$(prom_mean idemledger_intake_batch_wait_seconds 1000)
   svc[${name}_record_ms]=$(prom_mean idemledger_intake_batch_record_seconds 1000)
+  svc[${name}_rest_ms]=$(awk -v c="${svc[${name}_cycle_ms]}" -v g="${svc[${name}_gather_ms]}" \
+    -v r="${svc[${name}_record_ms]}" 'BEGIN {printf "%.2f", c - g - r}')
   batches=$(awk '$1 == "idemledger_intake_batch_deliveries_count" {print $2}' "$prom")
   session_wait() { awk -v n="$1" '$1 == n {print $3}' "$work/sessions"; }
   per_batch() { awk -v ms="$1" -v b="$batches" 'BEGIN {printf "%.2f", ms < 0 ? -1 : (b ? ms / b : 0)}'; }
@@ -517,10 +519,8 @@ lat "  in intake, its group commit (a round trip, commit)" record_ms
 lat "  ... deliveries in one group commit" batch
 lat "  ... its session's CPU per group commit" record_cpu_ms
 lat "  ... its session's wait for a core per group commit" record_runq_ms
-printf '%-52s %10s %10s\n' "  the rest: provider, HTTP both ways, checks" \
-  "$(awk -v c="${svc[deposits_cycle_ms]}" -v g="${svc[deposits_gather_ms]}" -v r="${svc[deposits_record_ms]}" 'BEGIN {printf "%.2f", c - g - r}')" \
-  "$(awk -v c="${svc[mix_cycle_ms]}" -v g="${svc[mix_gather_ms]}" -v r="${svc[mix_record_ms]}" 'BEGIN {printf "%.2f", c - g - r}')"
-printf '%-52s %10s %10s\n' "intake's threads' wait for a core, µs per delivery" "${svc[deposits_intake_runq_us]}" "${svc[mix_intake_runq_us]}"
+lat "  the rest: provider, HTTP both ways, checks" rest_ms
+lat "intake's threads' wait for a core, µs per delivery" intake_runq_us
 
 # The queue alone: DRAIN_EVENTS deposits recorded as intake records them
 # (pending), then 2 outbox_workers start (as in the service runs) and drain
