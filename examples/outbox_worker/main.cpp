@@ -15,7 +15,7 @@
 // longer than IDEMLEDGER_SPARE_AFTER_MS, 20; 0: every thread always claims),
 // IDEMLEDGER_BATCH_SIZE (32), IDEMLEDGER_APPLY_IN_BATCHES (1),
 // IDEMLEDGER_APPLY_WITH_CLAIM (1; 0: the claim commits before the apply),
-// IDEMLEDGER_LEASE_MS (30000), IDEMLEDGER_POLL_MS (500), IDEMLEDGER_CLAIM_LINGER_MS (10: after
+// IDEMLEDGER_LEASE_MS (30000), IDEMLEDGER_POLL_MS (500), IDEMLEDGER_CLAIM_LINGER_MS (25: after
 // a short claim, let events gather this long before the next),
 // IDEMLEDGER_RETRY_BASE_MS (1000), IDEMLEDGER_DLQ_SPOOL (./dead_letters.spool),
 // IDEMLEDGER_DLQ_SPOOL_KEY (required, >= 32 bytes: seals every spool line, so
@@ -95,7 +95,7 @@ int main() {
                .apply_in_batches = example::env_long("IDEMLEDGER_APPLY_IN_BATCHES", 1, 0, 1) == 1,
                .apply_with_claim = example::env_long("IDEMLEDGER_APPLY_WITH_CLAIM", 1, 0, 1) == 1,
                .claim_linger = absl::Milliseconds(
-                   example::env_long("IDEMLEDGER_CLAIM_LINGER_MS", 10, 0, 1'000))});
+                   example::env_long("IDEMLEDGER_CLAIM_LINGER_MS", 25, 0, 1'000))});
   // One connection per worker thread, one more for scrapes.
   idemledger::pg::Pool pool({.dsn = dsn,
                              .max_size = static_cast<std::size_t>(threads) + 1,
