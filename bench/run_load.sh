@@ -268,7 +268,10 @@ source bench/server.sh
 # time read over a window inside its timed loop (its set-up before and its
 # reconciliation after left out), over the deposits its rate gives in that
 # window. The service below is held against it.
-machine_jiffies() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat; }
+# jiffies_awk: from a "cpu" line of /proc/stat, the machine's busy jiffies so
+# far, all of them, and those it spent idle waiting on the disk (iowait).
+jiffies_awk='$1 == "cpu" {busy = $2 + $3 + $4 + $7 + $8 + $9; all = busy + $5 + $6; io = $6}'
+machine_jiffies() { head -n 1 /proc/stat | awk "$jiffies_awk"' {print busy, all}'; }
 bare_window=$((seconds > 9 ? seconds - 6 : 3))
 build/bench/ledger_load --dsn "$IDEMLEDGER_TEST_DSN" --clients "$clients" --seconds $((bare_window + 6)) --reuse \
   >"$work/bare.out" &
@@ -359,7 +362,7 @@ run_service() {
   "${psql[@]}" -d postgres -c "DROP SCHEMA IF EXISTS demo CASCADE" >/dev/null 2>&1
   local pg_before pg_after
   pg_before=$(pg_cpu_ms)
-  env SIM_EVENTS="$SIM_EVENTS" DEMO_SESSION_CPU="$work/sessions" "$@" bash scripts/demo-services.sh >"$work/service.log" 2>&1 \
+  env SIM_EVENTS="$SIM_EVENTS" DEMO_SESSION_CPU="$work/sessions" DEMO_MACHINE_STAT="$work/machine" "$@" bash scripts/demo-services.sh >"$work/service.log" 2>&1 \
     || { cat "$work/service.log" >&2; exit 1; }
   sessions_gone postgres
   pg_after=$(pg_cpu_ms)
@@ -416,6 +419,26 @@ run_service() {
   svc[${name}_record_runq_ms]=$(per_batch "$(session_wait webhook_intake)")
   svc[${name}_intake_runq_us]=$(awk -v ms="$(session_wait process:webhook_intake)" -v d="$deliveries" \
     'BEGIN {printf "%.0f", ms < 0 ? -1 : (d ? ms * 1000 / d : 0)}')
+  # The whole machine while intake answered: busy, idle with nothing to run,
+  # idle waiting on the disk, % of its cores' time, over the intervals between
+  # two /proc/stat samples (DEMO_MACHINE_STAT) that lie between the first
+  # answer and the last and hold one at least (the mix's pause left out); -1
+  # if no interval does.
+  read -r svc[${name}_busy_pct] svc[${name}_idle_pct] svc[${name}_iowait_pct] < <(
+    grep '"msg":"webhook"' "$logs/intake.log" | sed -n 's/.*"ts":"[^T]*T\([0-9:.]*\).*/\1/p' | LC_ALL=C sort |
+      awk 'function sec(t, a) {split(t, a, ":"); return a[1] * 3600 + a[2] * 60 + a[3]}
+        FNR == NR {answer[++n] = sec($1); next}
+        '"$jiffies_awk"' {m++; t[m] = sec($NF); b[m] = busy; a[m] = all; w[m] = io}
+        END {
+          for (j = 1; j < m; j++) {
+            while (k < n && answer[k + 1] < t[j]) k++
+            if (k < n && answer[k + 1] <= t[j + 1] && t[j] >= answer[1] && t[j + 1] <= answer[n]) {
+              B += b[j + 1] - b[j]; A += a[j + 1] - a[j]; W += w[j + 1] - w[j]
+            }
+          }
+          if (A > 0) printf "%d %d %d\n", 100 * B / A, 100 * (A - B - W) / A, 100 * W / A
+          else print "-1 -1 -1"
+        }' - "$work/machine")
   cp "$work/service.log" "$results/service_$name.log"
 }
 echo "service: webhook_intake + 2 outbox_worker processes, ${SIM_EVENTS:=10000} events, deposits only, then the demo's mix" >&2
@@ -521,6 +544,9 @@ lat "  ... its session's CPU per group commit" record_cpu_ms
 lat "  ... its session's wait for a core per group commit" record_runq_ms
 lat "  the rest: provider, HTTP both ways, checks" rest_ms
 lat "intake's threads' wait for a core, µs per delivery" intake_runq_us
+lat "the machine while intake answers: busy, % of its cores" busy_pct
+lat "  ... idle, nothing to run, %" idle_pct
+lat "  ... idle, waiting on the disk, %" iowait_pct
 
 # The queue alone: DRAIN_EVENTS deposits recorded as intake records them
 # (pending), then 2 outbox_workers start (as in the service runs) and drain

@@ -3,7 +3,7 @@
 # services, runs the provider, stops the services (SIGTERM) whatever happens.
 # DEMO_RELAYS=0 (bench/run_load.sh) leaves out the notifications, their
 # relays, the mock API and its outage: intake and the workers alone.
-# DEMO_SESSION_CPU: below.
+# DEMO_SESSION_CPU and DEMO_MACHINE_STAT: below.
 set -euo pipefail
 relays=${DEMO_RELAYS:-2}
 [[ "$relays" =~ ^[0-8]$ ]] || { echo "DEMO_RELAYS must be 0..8, got '$relays'" >&2; exit 2; }
@@ -61,6 +61,16 @@ if ((relays > 0)); then
   echo "      $relays notification_relay processes -> mock_downstream on 127.0.0.1:$mock_port; logs in $logs/"
 fi
 
+# DEMO_MACHINE_STAT=FILE (bench/run_load.sh): the whole machine's "cpu" line of
+# /proc/stat every 0.2 s while the provider runs, each with the time of day
+# (UTC, as the services' logs have it) as its last field.
+if [[ -n "${DEMO_MACHINE_STAT:-}" ]]; then
+  while :; do
+    echo "$(head -n 1 /proc/stat) $(date -u +%T.%N)"
+    sleep 0.2
+  done >"$DEMO_MACHINE_STAT" &
+  pids+=($!)
+fi
 IDEMLEDGER_INTAKE_PORT=$port "$bin/provider_simulator/provider_simulator" run
 # DEMO_SESSION_CPU=FILE (bench/run_load.sh): the server's CPU so far in each
 # service's sessions, by application_name, and the time they waited for a
