@@ -62,8 +62,9 @@ if ((relays > 0)); then
 fi
 
 # DEMO_MACHINE_STAT=FILE (bench/run_load.sh): the whole machine's "cpu" line of
-# /proc/stat every 0.2 s while the provider runs, each with the time of day
-# (UTC, as the services' logs have it) as its last field.
+# /proc/stat every 0.2 s from the provider's start until the services stop,
+# each with the time of day (UTC, as the services' logs have it) as its last
+# field.
 if [[ -n "${DEMO_MACHINE_STAT:-}" ]]; then
   while :; do
     echo "$(head -n 1 /proc/stat) $(date -u +%T.%N)"
