@@ -402,9 +402,12 @@ run_service() {
     awk -v k="$1" -v x="${2:-1}" '$1 == k "_sum" {s = $2} $1 == k "_count" {c = $2}
       END {printf "%.2f", c ? s / c * x : 0}' "$prom"
   }
-  span=$(grep '"msg":"webhook"' "$logs/intake.log" | sed -n 's/.*"ts":"[^T]*T\([0-9:.]*\).*/\1/p' |
-    awk -F: '{t = $1 * 3600 + $2 * 60 + $3; d = t - p; if (d < 0) d += 86400; if (NR > 1 && d < 1) s += d; p = t}
-      END {printf "%.3f", s}')
+  # Each answer's time of day (UTC) in seconds, in the log's order: read for
+  # the cycle's span here and for the machine's intervals below.
+  grep '"msg":"webhook"' "$logs/intake.log" | sed -n 's/.*"ts":"[^T]*T\([0-9:.]*\).*/\1/p' |
+    awk -F: '{printf "%.6f\n", $1 * 3600 + $2 * 60 + $3}' >"$work/answers"
+  span=$(awk '{d = $1 - p; if (d < 0) d += 86400; if (NR > 1 && d < 1) s += d; p = $1} END {printf "%.3f", s}' \
+    "$work/answers")
   svc[${name}_cycle_ms]=$(awk -v s="${SIM_CONCURRENCY:-16}" -v t="$span" -v d="$deliveries" \
     'BEGIN {printf "%.2f", d ? s * t * 1000 / d : 0}')
   svc[${name}_batch]=$(prom_mean idemledger_intake_batch_deliveries)
@@ -425,10 +428,9 @@ run_service() {
   # answer and the last and hold one at least (the mix's pause left out); -1
   # if no interval does.
   read -r svc[${name}_busy_pct] svc[${name}_idle_pct] svc[${name}_iowait_pct] < <(
-    grep '"msg":"webhook"' "$logs/intake.log" | sed -n 's/.*"ts":"[^T]*T\([0-9:.]*\).*/\1/p' | LC_ALL=C sort |
-      awk 'function sec(t, a) {split(t, a, ":"); return a[1] * 3600 + a[2] * 60 + a[3]}
-        FNR == NR {answer[++n] = sec($1); next}
-        '"$jiffies_awk"' {m++; t[m] = sec($NF); b[m] = busy; a[m] = all; w[m] = io}
+    sort -n "$work/answers" |
+      awk 'FNR == NR {answer[++n] = $1; next}
+        '"$jiffies_awk"' {m++; t[m] = $NF % 86400; b[m] = busy; a[m] = all; w[m] = io}
         END {
           for (j = 1; j < m; j++) {
             while (k < n && answer[k + 1] < t[j]) k++

@@ -63,11 +63,11 @@ fi
 
 # DEMO_MACHINE_STAT=FILE (bench/run_load.sh): the whole machine's "cpu" line of
 # /proc/stat every 0.2 s from the provider's start until the services stop,
-# each with the time of day (UTC, as the services' logs have it) as its last
-# field.
+# each with the time it was read as its last field, in seconds since the
+# epoch (its remainder of a day is the UTC time of day the logs give).
 if [[ -n "${DEMO_MACHINE_STAT:-}" ]]; then
   while :; do
-    echo "$(head -n 1 /proc/stat) $(date -u +%T.%N)"
+    echo "$(head -n 1 /proc/stat) $(date +%s.%N)"
     sleep 0.2
   done >"$DEMO_MACHINE_STAT" &
   pids+=($!)
