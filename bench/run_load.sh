@@ -22,7 +22,9 @@
 # processes, 16 provider senders, SIM_EVENTS events): deposits only (what the
 # bare loop measures), again with each claim committed before its apply,
 # again with every worker thread claiming (no spare), and the demo's mix; webhook -> confirmed
-# events/s and time-to-confirm next to the bare process_deposit figure, and
+# events/s and time-to-confirm next to the bare process_deposit figure; then
+# SERVICE_TRIPLES (3) triples of the bare loop, the service deposits only with
+# 16 senders and with 64, back to back, a ratio taken inside each triple; and
 # where the CPU goes per event (each service's own getrusage, logged at its
 # stop; the server's from /proc, and its share in intake's and the workers'
 # sessions by application_name) with intake's and a worker's peak RSS, and
@@ -46,8 +48,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 clients=${1:-4} seconds=${2:-20} rounds=${3:-1}
 # Checked before any arithmetic reads them, as run_scale.sh checks its own.
-for n in "$clients" "$seconds" "$rounds" "${TRIPLES:=3}"; do
-  [[ "$n" =~ ^[1-9][0-9]{0,3}$ ]] || { echo "run_load.sh: arguments and TRIPLES are integers in [1, 9999], got '$n'" >&2; exit 2; }
+for n in "$clients" "$seconds" "$rounds" "${TRIPLES:=3}" "${SERVICE_TRIPLES:=3}"; do
+  [[ "$n" =~ ^[1-9][0-9]{0,3}$ ]] || { echo "run_load.sh: arguments, TRIPLES and SERVICE_TRIPLES are integers in [1, 9999], got '$n'" >&2; exit 2; }
 done
 
 if [[ -z "${IDEMLEDGER_PG_PORT:-}" ]]; then
@@ -194,12 +196,13 @@ for w in "${workloads[@]}"; do
   printf '%-40s %10s %9s %9s %18s\n' "$label" "${tps[$w]}" "${p50[$w]}" "${p99[$w]}" "$(ratio "${tps[idemledger]}" "${tps[$w]}")"
 done
 
+# spread FILE COLUMN: the median, least, greatest and count of one column.
+spread() { awk -v c="$2" '{print $c}' "$1" | sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)], a[1], a[NR], NR}'; }
 # ratio_spread COLUMN: "median (min-max)" of one ratio over every triple.
 ratio_spread() {
-  local values
-  values=$(awk -v c="$1" '{print $c}' "$work/triples" | sort -n)
-  printf '%.2fx (%.2f-%.2f over %d triples)' "$(median <<<"$values")" "$(head -n 1 <<<"$values")" \
-    "$(tail -n 1 <<<"$values")" "$(wc -l <<<"$values")"
+  local m lo hi n
+  read -r m lo hi n < <(spread "$work/triples" "$1")
+  printf '%.2fx (%.2f-%.2f over %d triples)' "$m" "$lo" "$hi" "$n"
 }
 printf '%-40s %s\n' "idemledger / floor, within each triple" "$(ratio_spread 1)"
 printf '%-40s %s\n' "idemledger / seed, within each triple" "$(ratio_spread 2)"
@@ -456,6 +459,31 @@ run_service all_claim SIM_DEPOSITS_ONLY=1 DEMO_RELAYS=0 IDEMLEDGER_SPARE_AFTER_M
 # relayed to the mock API through its 6 s outage, all on these 2 cores.
 run_service mix
 run_service mix_all_claim IDEMLEDGER_SPARE_AFTER_MS=0
+# The service beside the bare loop, in turns. The service runs above come
+# minutes after the bare loop's triples, and this host's speed drifts by a
+# third within a quarter of an hour, so a ratio across them measures the host
+# as much as the service. SERVICE_TRIPLES (default 3) triples each run the bare
+# loop (a fresh populated state, as in its triples), the service deposits only
+# with the benchmark's 16 senders, and the same with 64, back to back, the
+# order turned each triple; each triple's two ratios are taken inside it.
+bare_once() {
+  build/bench/ledger_load --dsn "$IDEMLEDGER_TEST_DSN" --clients "$clients" --seconds "$seconds" >"$work/bare.out" \
+    || { cat "$work/bare.out" >&2; exit 1; }
+  sed -n 's/^RESULT.* tps=\([0-9]*\).*/\1/p' "$work/bare.out"
+}
+for ((turn = 1; turn <= SERVICE_TRIPLES; turn++)); do
+  order=(bare s16 s64 bare s16)
+  for w in "${order[@]:$(((turn - 1) % 3)):3}"; do
+    case $w in
+      bare) turn_bare=$(bare_once) ;;
+      s16) run_service "turn16_$turn" SIM_DEPOSITS_ONLY=1 DEMO_RELAYS=0 ;;
+      s64) SIM_CONCURRENCY=64 run_service "turn64_$turn" SIM_DEPOSITS_ONLY=1 DEMO_RELAYS=0 ;;
+    esac
+  done
+  awk -v b="$turn_bare" -v a="${svc[turn16_${turn}_tps]}" -v c="${svc[turn64_${turn}_tps]}" \
+    -v p="${svc[turn16_${turn}_p99]}" -v q="${svc[turn64_${turn}_p99]}" \
+    'BEGIN {printf "%d %d %d %.2fx %.2fx %d %d\n", b, a, c, a / b, c / b, p, q}' >>"$work/turns"
+done
 printf '\nService end to end (same server, same run; %s events, each delivered 1-3 times over HTTP by 16 senders;\n' "$SIM_EVENTS"
 printf 'intake and 2 workers, the mix also 2 relays and the mock API; all of it and the provider on this machine)\n'
 printf '%-40s %10s %9s %9s\n' workload "events/s" "p50 ms" "p99 ms"
@@ -465,11 +493,27 @@ printf '%-40s %10s %9s %9s\n' "  ... every worker thread claiming" "${svc[all_cl
 printf '%-40s %10s %9s %9s\n' "webhook -> confirmed, demo mix + relays" "${svc[mix_tps]}" "${svc[mix_p50]}" "${svc[mix_p99]}"
 printf '%-40s %10s %9s %9s\n' "  ... every worker thread claiming" "${svc[mix_all_claim_tps]}" "${svc[mix_all_claim_p50]}" "${svc[mix_all_claim_p99]}"
 printf '%-40s %10s\n' "bare process_deposit (above)" "${tps[idemledger]}"
-printf '%-40s %10s\n' "service (deposits) / bare" "$(ratio "${svc[deposits_tps]}" "${tps[idemledger]}")"
+printf '%-40s %10s\n' "service (deposits) / bare's triples" "$(ratio "${svc[deposits_tps]}" "${tps[idemledger]}")"
 printf '%-40s %10s %10s\n' "  claim and apply in one commit / apart" "$(ratio "${svc[deposits_tps]}" "${svc[apart_tps]}")" \
   "server µs ${svc[deposits_server]} / ${svc[apart_server]}"
 printf '%-40s %10s %10s\n' "  a spare thread / both claiming" "$(ratio "${svc[deposits_tps]}" "${svc[all_claim_tps]}")" \
   "server µs ${svc[deposits_server]} / ${svc[all_claim_server]}"
+# turn_spread COLUMN: "median (min-max)" of one column over the service's triples.
+turn_spread() {
+  local m lo hi
+  read -r m lo hi _ < <(spread "$work/turns" "$1")
+  printf '%s (%s-%s)' "$m" "$lo" "$hi"
+}
+printf '\nThe service beside the bare loop, in turns (%s triples of: the bare loop, %s clients, %ss; the service,\n' \
+  "$SERVICE_TRIPLES" "$clients" "$seconds"
+printf 'deposits only, 16 senders; the same, 64 senders; back to back, the order turned each triple): median (min-max)\n'
+printf '%-40s %s\n' "bare process_deposit, deposits/s" "$(turn_spread 1)"
+printf '%-40s %s\n' "service, 16 senders, events/s" "$(turn_spread 2)"
+printf '%-40s %s\n' "service, 64 senders, events/s" "$(turn_spread 3)"
+printf '%-40s %s\n' "service / bare, 16 senders, in a triple" "$(turn_spread 4)"
+printf '%-40s %s\n' "service / bare, 64 senders, in a triple" "$(turn_spread 5)"
+printf '%-40s %s\n' "time to confirm p99 ms, 16 / 64 senders" "$(turn_spread 6) / $(turn_spread 7)"
+cp "$work/turns" "$results/service_turns.txt"
 
 # The ceiling, from the figures measured above. Its first line is what the
 # service cannot avoid on these cores: the load generator runs here, and every
@@ -495,6 +539,17 @@ ceiling "provider + own-schema floor's, g=6" $((svc[deposits_provider] + qf[own_
 ceiling "  ... + intake and workers as measured" \
   $((svc[deposits_provider] + qf[own_g6_server] + svc[deposits_intake] + svc[deposits_workers]))
 printf '%-40s %10s %10s\n' "measured: webhook -> confirmed" "${svc[deposits_tps]}" "$(ratio "${svc[deposits_tps]}" "${tps[idemledger]}")"
+# The same two runs as the machine saw them: a rate is the machine's busy
+# share x 2 cores / its µs per event, so the service's ratio to the bare loop
+# is (the bare's µs per deposit / the service's per event) x (the service's
+# busy share / the bare's). The service's µs: its busy share while intake
+# answered x 2 cores / its rate (none if no sample fell inside its answers).
+if ((svc[deposits_busy_pct] > 0)); then
+  svc_machine=$((svc[deposits_busy_pct] * 20000 / svc[deposits_tps]))
+  printf '%-40s %10s\n' "service: machine busy, µs per event" "${svc[deposits_busy_pct]}%, $svc_machine"
+  printf '%-40s %10s\n' "  / bare (window) = µs x busy ratios" "$(awk -v mb="$bare_machine" -v ms="$svc_machine" \
+    -v bb="$bare_busy" -v bs="${svc[deposits_busy_pct]}" 'BEGIN {printf "%.2f x %.2f = %.2fx", mb / ms, bs / bb, mb / ms * bs / bb}')"
+fi
 
 printf '\nThe queued path'"'"'s floor (pgbench, bench/queue_floor.sql, %s clients: each event recorded twice, then claimed\n' "$clients"
 printf 'and applied set-based, g events per statement, on the reference schema; what PostgreSQL itself needs for the queue;\n'
