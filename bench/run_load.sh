@@ -465,22 +465,20 @@ run_service mix_all_claim IDEMLEDGER_SPARE_AFTER_MS=0
 # as much as the service. SERVICE_TRIPLES (default 3) triples each run the bare
 # loop (a fresh populated state, as in its triples), the service deposits only
 # with the benchmark's 16 senders, and the same with 64, back to back, the
-# order turned each triple; each triple's two ratios are taken inside it.
-bare_once() {
-  build/bench/ledger_load --dsn "$IDEMLEDGER_TEST_DSN" --clients "$clients" --seconds "$seconds" >"$work/bare.out" \
-    || { cat "$work/bare.out" >&2; exit 1; }
-  sed -n 's/^RESULT.* tps=\([0-9]*\).*/\1/p' "$work/bare.out"
-}
+# order turned each triple; each triple's two ratios are taken inside it. The
+# bare runs go into the results as "turn_bare" (ledger_load, above), a name no
+# table reads; each triple takes the last.
 for ((turn = 1; turn <= SERVICE_TRIPLES; turn++)); do
   order=(bare s16 s64 bare s16)
   for w in "${order[@]:$(((turn - 1) % 3)):3}"; do
     case $w in
-      bare) turn_bare=$(bare_once) ;;
+      bare) ledger_load turn_bare ;;
       s16) run_service "turn16_$turn" SIM_DEPOSITS_ONLY=1 DEMO_RELAYS=0 ;;
       s64) SIM_CONCURRENCY=64 run_service "turn64_$turn" SIM_DEPOSITS_ONLY=1 DEMO_RELAYS=0 ;;
     esac
   done
-  awk -v b="$turn_bare" -v a="${svc[turn16_${turn}_tps]}" -v c="${svc[turn64_${turn}_tps]}" \
+  awk -v b="$(awk '$1 == "turn_bare" {t = $2} END {print t}' "$work/results")" \
+    -v a="${svc[turn16_${turn}_tps]}" -v c="${svc[turn64_${turn}_tps]}" \
     -v p="${svc[turn16_${turn}_p99]}" -v q="${svc[turn64_${turn}_p99]}" \
     'BEGIN {printf "%d %d %d %.2fx %.2fx %d %d\n", b, a, c, a / b, c / b, p, q}' >>"$work/turns"
 done
