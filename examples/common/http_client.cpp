@@ -30,18 +30,34 @@
 
 namespace example {
 
-class HttpCaller::Impl {
- public:
-  Impl(Url url, std::chrono::milliseconds timeout, std::size_t max_response)
-      : url_(std::move(url)), timeout_(timeout), max_response_(max_response) {
-    if (url_.tls) {
-      tls_context_.set_verify_mode(boost::asio::ssl::verify_peer);
-      tls_context_.set_default_verify_paths();  // honours $SSL_CERT_FILE / $SSL_CERT_DIR
-    }
-  }
+namespace {
 
-  absl::StatusOr<HttpAnswer> post(std::string body,
-                                  const std::vector<std::pair<std::string, std::string>>& headers) {
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+// The client side of TLS for `url`: the peer's certificate verified against
+// the system's CAs (untouched for http://).
+boost::asio::ssl::context client_tls_context(const Url& url) {
+  boost::asio::ssl::context tls(boost::asio::ssl::context::tls_client);
+  if (url.tls) {
+    tls.set_verify_mode(boost::asio::ssl::verify_peer);
+    tls.set_default_verify_paths();  // honours $SSL_CERT_FILE / $SSL_CERT_DIR
+  }
+  return tls;
+}
+
+// One kept-alive connection to one URL and its exchanges, on an executor the
+// owner runs: HttpCaller's own io_context, or run_senders' shared one.
+class Connection {
+ public:
+  Connection(boost::asio::any_io_executor ex, const Url& url, boost::asio::ssl::context& tls,
+             std::size_t max_response)
+      : ex_(std::move(ex)),
+        url_(url),
+        tls_context_(tls),
+        max_response_(max_response),
+        deadline_(ex_) {}
+
+  void prepare(std::string body, const Headers& headers) {
     namespace http = boost::beast::http;
     request_ = http::request<http::string_body>(http::verb::post, url_.target, 11);
     request_.set(http::field::host, url_.host);
@@ -50,55 +66,20 @@ class HttpCaller::Impl {
     request_.body() = std::move(body);
     request_.keep_alive(true);
     request_.prepare_payload();
-
-    std::optional<absl::StatusOr<HttpAnswer>> result;
-    boost::asio::co_spawn(
-        io_, exchange(), [&](std::exception_ptr failed, absl::StatusOr<HttpAnswer> answer) {
-          result = failed ? absl::UnavailableError("call failed") : std::move(answer);
-        });
-    io_.restart();
-    io_.run_for(timeout_);
-    if (!result) {
-      // An answer already waiting in the socket when the deadline fired (this
-      // thread woke late) is taken, not thrown away: thrown away, a message the
-      // API accepted would be sent again.
-      io_.restart();
-      io_.poll();
-    }
-    if (!result) {
-      // The deadline passed mid-call: close the sockets, let the call see its
-      // operations cancelled and end, then forget the connection.
-      close_sockets();
-      io_.restart();
-      io_.run();
-      reuse_ = false;
-      result = absl::DeadlineExceededError("no whole answer within " +
-                                           std::to_string(timeout_.count()) + " ms");
-    }
-    if (!result->ok() || !reuse_) {
-      close_sockets();
-      tcp_.reset();
-      tls_.reset();
-      buffer_.clear();
-    }
-    return *std::move(result);
   }
 
- private:
-  using Tcp = boost::beast::tcp_stream;
-  using Tls = boost::beast::ssl_stream<boost::beast::tcp_stream>;
-
+  // Connects if need be, sends the prepared request, reads the answer.
   boost::asio::awaitable<absl::StatusOr<HttpAnswer>> exchange() {
     namespace asio = boost::asio;
     namespace http = boost::beast::http;
     boost::beast::error_code ec;
     const auto step = [&ec] { return asio::redirect_error(asio::use_awaitable, ec); };
     if (!tcp_ && !tls_) {
-      asio::ip::tcp::resolver resolver(io_);
+      asio::ip::tcp::resolver resolver(ex_);
       const auto endpoints = co_await resolver.async_resolve(url_.host, url_.port, step());
       if (ec) co_return absl::UnavailableError("cannot resolve " + url_.host + ": " + ec.message());
       if (url_.tls) {
-        tls_.emplace(io_, tls_context_);
+        tls_.emplace(ex_, tls_context_);
         co_await boost::beast::get_lowest_layer(*tls_).async_connect(endpoints, step());
         if (ec) co_return connection_failed(ec);
         // The name the certificate must carry, and SNI for virtual hosts.
@@ -109,7 +90,7 @@ class HttpCaller::Impl {
           co_return absl::UnavailableError("TLS handshake with " + url_.host +
                                            " failed: " + ec.message());
       } else {
-        tcp_.emplace(io_);
+        tcp_.emplace(ex_);
         co_await tcp_->async_connect(endpoints, step());
         if (ec) co_return connection_failed(ec);
         tcp_->socket().set_option(asio::ip::tcp::no_delay(true), ec);
@@ -148,8 +129,32 @@ class HttpCaller::Impl {
                          .body = std::move(parser.get().body())};
   }
 
-  static absl::Status connection_failed(const boost::beast::error_code& ec) {
-    return absl::UnavailableError("connection failed: " + ec.message());
+  // exchange() within `timeout` from now, for owners that share their
+  // executor: at the deadline the sockets are closed, and the call ends with
+  // its operations cancelled. An answer whole before then is kept.
+  boost::asio::awaitable<absl::StatusOr<HttpAnswer>> exchange_within(
+      std::chrono::milliseconds timeout) {
+    const std::uint64_t call = ++calls_;
+    bool expired = false;
+    deadline_.expires_after(timeout);
+    // The handler may run after this call returned (the deadline fired while
+    // the answer's completion was queued): it reads only members and `call`.
+    deadline_.async_wait([this, call, &expired](const boost::system::error_code& ec) {
+      if (ec || call != calls_ || done_ == call) return;
+      expired = true;
+      close_sockets();
+    });
+    absl::StatusOr<HttpAnswer> result = co_await exchange();
+    done_ = call;
+    deadline_.cancel();
+    if (expired) {
+      reuse_ = false;
+      if (!result.ok()) {
+        result = too_late(timeout);
+      }
+    }
+    if (!result.ok() || !reuse_) forget();
+    co_return result;
   }
 
   void close_sockets() {
@@ -158,17 +163,128 @@ class HttpCaller::Impl {
     if (tls_) boost::beast::get_lowest_layer(*tls_).socket().close(ignored);
   }
 
-  const Url url_;
-  const std::chrono::milliseconds timeout_;
+  // After a failure, or an answer that did not allow keeping the connection:
+  // the next exchange connects anew.
+  void forget() {
+    close_sockets();
+    tcp_.reset();
+    tls_.reset();
+    buffer_.clear();
+    reuse_ = false;
+  }
+
+  bool reusable() const { return reuse_; }
+
+  // What a call that ran out of time answers.
+  static absl::Status too_late(std::chrono::milliseconds timeout) {
+    return absl::DeadlineExceededError("no whole answer within " + std::to_string(timeout.count()) +
+                                       " ms");
+  }
+  void no_reuse() { reuse_ = false; }
+
+ private:
+  using Tcp = boost::beast::tcp_stream;
+  using Tls = boost::beast::ssl_stream<boost::beast::tcp_stream>;
+
+  static absl::Status connection_failed(const boost::beast::error_code& ec) {
+    return absl::UnavailableError("connection failed: " + ec.message());
+  }
+
+  boost::asio::any_io_executor ex_;
+  const Url& url_;
+  boost::asio::ssl::context& tls_context_;
   const std::size_t max_response_;
-  boost::asio::io_context io_;
-  boost::asio::ssl::context tls_context_{boost::asio::ssl::context::tls_client};
   std::optional<Tcp> tcp_;
   std::optional<Tls> tls_;
   boost::beast::flat_buffer buffer_;
   boost::beast::http::request<boost::beast::http::string_body> request_;
   bool reuse_ = false;  // the last answer allowed keeping the connection
+  // exchange_within's deadline: the calls made, and the last one that ended.
+  boost::asio::steady_timer deadline_;
+  std::uint64_t calls_ = 0;
+  std::uint64_t done_ = 0;
 };
+
+}  // namespace
+
+class HttpCaller::Impl {
+ public:
+  Impl(Url url, std::chrono::milliseconds timeout, std::size_t max_response)
+      : url_(std::move(url)),
+        timeout_(timeout),
+        connection_(io_.get_executor(), url_, tls_context_, max_response) {}
+
+  absl::StatusOr<HttpAnswer> post(std::string body, const Headers& headers) {
+    connection_.prepare(std::move(body), headers);
+    std::optional<absl::StatusOr<HttpAnswer>> result;
+    boost::asio::co_spawn(io_, connection_.exchange(),
+                          [&](const std::exception_ptr& failed, absl::StatusOr<HttpAnswer> answer) {
+                            result =
+                                failed ? absl::UnavailableError("call failed") : std::move(answer);
+                          });
+    io_.restart();
+    io_.run_for(timeout_);
+    if (!result) {
+      // An answer already waiting in the socket when the deadline fired (this
+      // thread woke late) is taken, not thrown away: thrown away, a message the
+      // API accepted would be sent again.
+      io_.restart();
+      io_.poll();
+    }
+    if (!result) {
+      // The deadline passed mid-call: close the sockets, let the call see its
+      // operations cancelled and end, then forget the connection.
+      connection_.close_sockets();
+      io_.restart();
+      io_.run();
+      connection_.no_reuse();
+      result = Connection::too_late(timeout_);
+    }
+    if (!result->ok() || !connection_.reusable()) connection_.forget();
+    return *std::move(result);
+  }
+
+ private:
+  const Url url_;
+  const std::chrono::milliseconds timeout_;
+  boost::asio::io_context io_;
+  boost::asio::ssl::context tls_context_ = client_tls_context(url_);
+  Connection connection_;
+};
+
+void run_senders(const Url& url, int senders, std::chrono::milliseconds timeout,
+                 const NextRequest& next) {
+  boost::asio::io_context io(1);
+  boost::asio::ssl::context tls = client_tls_context(url);
+  std::vector<std::unique_ptr<Connection>> connections;
+  connections.reserve(static_cast<std::size_t>(senders));
+  for (int i = 0; i < senders; ++i) {
+    connections.push_back(
+        std::make_unique<Connection>(io.get_executor(), url, tls, kMaxResponseBytes));
+  }
+  const auto sender = [&](int id) -> boost::asio::awaitable<void> {
+    Connection& c = *connections[static_cast<std::size_t>(id)];
+    boost::asio::steady_timer pause(io);
+    Request request;
+    std::optional<absl::StatusOr<HttpAnswer>> last;
+    while (next(id, last ? &*last : nullptr, request)) {
+      if (request.delay > absl::ZeroDuration()) {
+        pause.expires_after(absl::ToChronoNanoseconds(request.delay));
+        boost::system::error_code ignored;
+        co_await pause.async_wait(boost::asio::redirect_error(boost::asio::use_awaitable, ignored));
+      }
+      c.prepare(request.body, request.headers);
+      last = co_await c.exchange_within(timeout);
+    }
+  };
+  for (int i = 0; i < senders; ++i) {
+    // What a sender throws (its callback's, or an allocation's) leaves run().
+    boost::asio::co_spawn(io, sender(i), [](const std::exception_ptr& failed) {
+      if (failed) std::rethrow_exception(failed);
+    });
+  }
+  io.run();
+}
 
 HttpCaller::HttpCaller(Url url, std::chrono::milliseconds timeout, std::size_t max_response)
     : impl_(std::make_unique<Impl>(std::move(url), timeout, max_response)) {}

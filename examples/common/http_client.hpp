@@ -1,7 +1,8 @@
 // The library's outbound HTTP calls, which the host provides, on Boost.Beast:
 // the relay's delivery (idemledger::DeliveryTransport, used by
 // notification_relay and the relay benchmark) and the finality oracle's
-// JSON-RPC POST (idemledger::JsonRpcTransport, used by outbox_worker).
+// JSON-RPC POST (idemledger::JsonRpcTransport, used by outbox_worker); and
+// the provider simulator's closed-loop senders on one thread (run_senders).
 //
 // Every call is bounded as a whole, not per read:
 // - one deadline from the first byte of the name lookup to the last byte of
@@ -23,6 +24,7 @@
 // compiled once rather than in every program that makes a call.
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -30,6 +32,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "idemledger/eth/finality.hpp"
 #include "idemledger/relay/relay.hpp"
 #include "service.hpp"
@@ -97,6 +100,30 @@ class HttpCaller {
   class Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// A request one of run_senders' senders sends next, after `delay`.
+struct Request {
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+  absl::Duration delay = absl::ZeroDuration();
+};
+
+// Called with a sender's index, the answer to its last request (nullptr
+// before its first), and that request: sets the next one (or leaves it, to
+// send it again), and returns false when the sender has no more to send.
+using NextRequest =
+    std::function<bool(int sender, const absl::StatusOr<HttpAnswer>* last, Request& request)>;
+
+// Closed-loop load on the calling thread: `senders` kept-alive connections to
+// `url`, each sending its next request as soon as its last one was answered
+// (or after the delay the request asks for). One thread and one event loop
+// for all of them, not a thread (and a wake-up of its own) per sender: a
+// load generator that shares the cores it measures costs them less. Each
+// exchange is bounded as HttpCaller's are (one deadline for the whole call,
+// the answer capped at kMaxResponseBytes). `next` runs on this thread; what
+// it throws leaves run_senders.
+void run_senders(const Url& url, int senders, std::chrono::milliseconds timeout,
+                 const NextRequest& next);
 
 // POSTs {"topic": ..., "message": <the outbox row's JSON, unchanged>} with
 // Idempotency-Key (outbox-<id>), X-Relay-Topic, X-Relay-Dlq-Retries and

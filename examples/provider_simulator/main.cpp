@@ -46,7 +46,6 @@
 #include <map>
 #include <random>
 #include <set>
-#include <thread>
 #include <vector>
 
 #include "../common/http_client.hpp"
@@ -387,27 +386,38 @@ class Provider {
   std::vector<std::atomic<int>> accepted_per_event = std::vector<std::atomic<int>>(0);
   long tally(const std::string& k) const { return tally_.at(k).load(); }
 
+  // Sends every delivery, concurrency_ at a time, each sender closed-loop
+  // (its next delivery once its last was answered), all on this thread.
   void send_all(const std::vector<Delivery>& deliveries) {
-    std::atomic<std::size_t> next{0};
     const absl::Time paced_from = absl::Now();
-    std::vector<std::thread> senders;
-    senders.reserve(static_cast<std::size_t>(concurrency_));
-    for (long t = 0; t < concurrency_; ++t) {
-      senders.emplace_back([&] {
-        example::HttpCaller client(
-            example::Url("http://127.0.0.1:" + std::to_string(port_) + "/webhooks/payments"),
-            kDeliveryTimeout);
-        for (std::size_t i; (i = next++) < deliveries.size();) {
-          if (pace_ > 0) {
-            absl::SleepFor(paced_from +
-                           absl::Milliseconds(static_cast<std::int64_t>(i) * 1000 / pace_) -
-                           absl::Now());
+    std::size_t next = 0;
+    struct Sender {
+      std::size_t delivery = 0;
+      int attempt = 0;  // of this delivery, from 0
+    };
+    std::vector<Sender> senders(static_cast<std::size_t>(concurrency_));
+    example::run_senders(
+        example::Url("http://127.0.0.1:" + std::to_string(port_) + "/webhooks/payments"),
+        static_cast<int>(concurrency_), kDeliveryTimeout,
+        [&](int id, const absl::StatusOr<example::HttpAnswer>* last, example::Request& request) {
+          Sender& s = senders[static_cast<std::size_t>(id)];
+          if (last != nullptr && !settle(deliveries[s.delivery], request.body, *last, s.attempt)) {
+            // A provider redelivers on 429/503/network errors, a little later each time.
+            request.delay = absl::Milliseconds(10 * (s.attempt + 1));
+            ++s.attempt;
+            return true;
           }
-          deliver(client, deliveries[i]);
-        }
-      });
-    }
-    for (auto& s : senders) s.join();
+          if (next >= deliveries.size()) return false;
+          s = Sender{.delivery = next++};
+          request = request_for(deliveries[s.delivery]);
+          if (pace_ > 0) {
+            request.delay =
+                paced_from +
+                absl::Milliseconds(static_cast<std::int64_t>(s.delivery) * 1000 / pace_) -
+                absl::Now();
+          }
+          return true;
+        });
   }
 
   // The database may restart under us (the chaos soak): reconnect and ask again.
@@ -466,37 +476,41 @@ class Provider {
   long port_ = example::env_long("IDEMLEDGER_INTAKE_PORT", 8080, 1, 65535);
 
  private:
-  void deliver(example::HttpCaller& client, const Delivery& d) {
-    const std::string body = body_of(events[static_cast<std::size_t>(d.event)], d);
+  example::Request request_for(const Delivery& d) const {
+    example::Request request{.body = body_of(events[static_cast<std::size_t>(d.event)], d)};
     const std::string ts = tolerance_s_ > 0 ? std::to_string(absl::ToUnixSeconds(absl::Now())) : "";
-    std::string signature = signer_->sign(body, ts);
+    std::string signature = signer_->sign(request.body, ts);
     if (d.kind == Kind::kTampered) signature[0] = signature[0] == 'a' ? 'b' : 'a';
-    std::vector<std::pair<std::string, std::string>> headers = {{"X-Signature", signature}};
-    if (!ts.empty()) headers.emplace_back("X-Timestamp", ts);
-    for (int attempt = 0;; ++attempt) {  // a provider redelivers on 429/503/network errors
-      const absl::StatusOr<example::HttpAnswer> r = client.post(body, headers);
-      if (r.ok() && r->status != 429 && r->status != 503) {
-        if (r->status != expected_status(d.kind)) {
-          ++tally_["unexpected"];
-          std::fprintf(stderr, "unexpected %d for %s: %s\n", r->status, body.c_str(),
-                       r->body.c_str());
-        } else if (r->status == 200) {
-          const std::string result = nlohmann::json::parse(r->body).value("result", "");
-          ++tally_[result];
-          if (result == "accepted") ++accepted_per_event[static_cast<std::size_t>(d.event)];
-          if (result == "accepted" || result == "duplicate") log_ack(d);
-        } else {
-          ++tally_[std::to_string(r->status)];
-        }
-        return;
-      }
-      ++tally_["retried"];
-      if (attempt > 50) {
+    request.headers = {{"X-Signature", std::move(signature)}};
+    if (!ts.empty()) request.headers.emplace_back("X-Timestamp", ts);
+    return request;
+  }
+
+  // Tallies the answer to attempt `attempt` of `d`; false if the delivery is
+  // to be sent again (429, 503, no answer), and true once it is settled.
+  bool settle(const Delivery& d, const std::string& body,
+              const absl::StatusOr<example::HttpAnswer>& r, int attempt) {
+    if (r.ok() && r->status != 429 && r->status != 503) {
+      if (r->status != expected_status(d.kind)) {
         ++tally_["unexpected"];
-        return;
+        std::fprintf(stderr, "unexpected %d for %s: %s\n", r->status, body.c_str(),
+                     r->body.c_str());
+      } else if (r->status == 200) {
+        const std::string result = nlohmann::json::parse(r->body).value("result", "");
+        ++tally_[result];
+        if (result == "accepted") ++accepted_per_event[static_cast<std::size_t>(d.event)];
+        if (result == "accepted" || result == "duplicate") log_ack(d);
+      } else {
+        ++tally_[std::to_string(r->status)];
       }
-      absl::SleepFor(absl::Milliseconds(10 * (attempt + 1)));
+      return true;
     }
+    ++tally_["retried"];
+    if (attempt > 50) {
+      ++tally_["unexpected"];
+      return true;
+    }
+    return false;
   }
 
   // SIM_ACK_LOG: each event id intake answered 200 for, a line each, appended

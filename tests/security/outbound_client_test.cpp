@@ -15,8 +15,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <stdexcept>
 #include <system_error>
 #include <thread>
+#include <vector>
 
 #include "examples/common/http_client.hpp"
 #include "gmock/gmock.h"
@@ -69,17 +72,20 @@ void read_request(tcp::socket& s) {
   asio::read_until(s, b, "\r\n\r\n", ec);
 }
 
+// Answers one request a byte every 0.4 s: its 60 bytes would take 24 s.
+void drip(tcp::socket& s) {
+  read_request(s);
+  const std::string answer = "HTTP/1.1 200 OK\r\nContent-Length: 20\r\n\r\n01234567890123456789";
+  for (char c : answer) {
+    boost::system::error_code ec;
+    asio::write(s, asio::buffer(&c, 1), ec);
+    if (ec) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  }
+}
+
 TEST(OutboundClient, ADripFeedingServerCannotStretchACallPastItsDeadline) {
-  OneShotServer server([](tcp::socket& s) {
-    read_request(s);
-    const std::string answer = "HTTP/1.1 200 OK\r\nContent-Length: 20\r\n\r\n01234567890123456789";
-    for (char c : answer) {  // one byte every 0.4 s: 60 bytes would take 24 s
-      boost::system::error_code ec;
-      asio::write(s, asio::buffer(&c, 1), ec);
-      if (ec) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(400));
-    }
-  });
+  OneShotServer server(drip);
   HttpCaller caller(Url("http://127.0.0.1:" + std::to_string(server.port()) + "/notify"),
                     std::chrono::milliseconds(500));
   const auto t0 = Clock::now();
@@ -205,6 +211,129 @@ TEST(OutboundClient, HttpsVerifiesTheCertificateAndTheName) {
     EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
     EXPECT_THAT(r.status().message(), HasSubstr("certificate verify failed"));
   }
+}
+
+// run_senders: the provider simulator's closed-loop senders on one thread.
+
+// Accepts `connections` connections, then `rounds` times reads one request on
+// each of them and only then answers them all, with the round's number: a
+// client that waits for one connection's answer before it sends on the next
+// never gets one.
+class RoundsServer {
+ public:
+  RoundsServer(int connections, int rounds)
+      : acceptor_(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)) {
+    thread_ = std::thread([this, connections, rounds] {
+      boost::system::error_code ec;
+      std::vector<tcp::socket> sockets;
+      std::vector<asio::streambuf> read(static_cast<std::size_t>(connections));
+      for (int i = 0; i < connections && !ec; ++i) {
+        sockets.emplace_back(io_);
+        acceptor_.accept(sockets.back(), ec);
+      }
+      for (int r = 0; r < rounds && !ec; ++r) {
+        for (std::size_t i = 0; i < sockets.size() && !ec; ++i) {
+          read[i].consume(asio::read_until(sockets[i], read[i], "\r\n\r\n", ec));
+        }
+        const std::string answer =
+            "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n" + std::to_string(r);
+        for (std::size_t i = 0; i < sockets.size() && !ec; ++i) {
+          asio::write(sockets[i], asio::buffer(answer), ec);
+        }
+      }
+    });
+  }
+  ~RoundsServer() {
+    boost::system::error_code ignored;
+    acceptor_.close(ignored);
+    thread_.join();
+  }
+  RoundsServer(const RoundsServer&) = delete;
+  RoundsServer& operator=(const RoundsServer&) = delete;
+  Url url() const { return Url("http://127.0.0.1:" + std::to_string(port()) + "/webhooks"); }
+  int port() const { return acceptor_.local_endpoint().port(); }
+
+ private:
+  asio::io_context io_;
+  tcp::acceptor acceptor_;
+  std::thread thread_;
+};
+
+// Every answer run_senders hands back, by sender, in the order they came.
+struct Answers {
+  std::vector<std::vector<absl::StatusOr<HttpAnswer>>> by_sender;
+  explicit Answers(int senders) : by_sender(static_cast<std::size_t>(senders)) {}
+};
+
+TEST(RunSenders, SendersRunAtOnceOnTheCallingThread) {
+  constexpr int kSenders = 4;
+  RoundsServer server(kSenders, 1);  // no answer until all four requests are in
+  Answers answers(kSenders);
+  const std::thread::id caller = std::this_thread::get_id();
+  bool other_thread = false;
+  run_senders(server.url(), kSenders, std::chrono::milliseconds(3000),
+              [&](int id, const absl::StatusOr<HttpAnswer>* last, Request& request) {
+                other_thread |= std::this_thread::get_id() != caller;
+                if (last != nullptr)
+                  answers.by_sender[static_cast<std::size_t>(id)].push_back(*last);
+                request = Request{.body = "{}"};
+                return last == nullptr;
+              });
+  EXPECT_FALSE(other_thread) << "every callback on the thread that called run_senders";
+  for (const auto& got : answers.by_sender) {
+    ASSERT_EQ(got.size(), 1U);
+    ASSERT_TRUE(got[0].ok()) << got[0].status();
+    EXPECT_EQ(got[0]->status, 200);
+    EXPECT_EQ(got[0]->body, "0");
+  }
+}
+
+TEST(RunSenders, ASenderKeepsItsConnectionAndWaitsTheDelayItIsAsked) {
+  RoundsServer server(1, 3);  // one connection accepted: a second would never be answered
+  std::vector<absl::StatusOr<HttpAnswer>> got;
+  std::vector<Clock::time_point> at;
+  run_senders(server.url(), 1, std::chrono::milliseconds(3000),
+              [&](int, const absl::StatusOr<HttpAnswer>* last, Request& request) {
+                if (last != nullptr) {
+                  got.push_back(*last);
+                  at.push_back(Clock::now());
+                }
+                // The third request after 300 ms, as a provider's retry waits.
+                request =
+                    Request{.body = "{}", .delay = absl::Milliseconds(got.size() == 2 ? 300 : 0)};
+                return got.size() < 3;
+              });
+  ASSERT_EQ(got.size(), 3U);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(got[i].ok()) << i << ": " << got[i].status();
+    EXPECT_EQ(got[i]->body, std::to_string(i)) << "answers in the order of the requests";
+  }
+  EXPECT_GE(std::chrono::duration_cast<std::chrono::milliseconds>(at[2] - at[1]).count(), 300);
+}
+
+TEST(RunSenders, ADripFeedingServerCannotStretchADeliveryPastItsDeadline) {
+  OneShotServer server(drip);
+  std::optional<absl::StatusOr<HttpAnswer>> got;
+  const auto t0 = Clock::now();
+  run_senders(Url("http://127.0.0.1:" + std::to_string(server.port()) + "/webhooks"), 1,
+              std::chrono::milliseconds(500),
+              [&](int, const absl::StatusOr<HttpAnswer>* last, Request& request) {
+                if (last != nullptr) got = *last;
+                request = Request{.body = "{}"};
+                return last == nullptr;
+              });
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->status().code(), absl::StatusCode::kDeadlineExceeded) << got->status();
+  EXPECT_LT(took.count(), 1000) << "the whole delivery, in ms";
+}
+
+TEST(RunSenders, WhatTheCallbackThrowsLeavesRunSenders) {
+  EXPECT_THROW(run_senders(Url("http://127.0.0.1:1/webhooks"), 2, std::chrono::milliseconds(500),
+                           [](int, const absl::StatusOr<HttpAnswer>*, Request&) -> bool {
+                             throw std::runtime_error("the provider's own failure");
+                           }),
+               std::runtime_error);
 }
 
 }  // namespace
