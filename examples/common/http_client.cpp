@@ -21,6 +21,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 #include <cstdint>
+#include <exception>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -45,8 +46,11 @@ boost::asio::ssl::context client_tls_context(const Url& url) {
   return tls;
 }
 
-// One kept-alive connection to one URL and its exchanges, on an executor the
-// owner runs: HttpCaller's own io_context, or run_senders' shared one.
+// One kept-alive connection to one URL and its calls, on an executor the
+// owner runs: HttpCaller's own io_context, or run_senders' shared one. A call
+// (call()) is bounded by one deadline, and ends by one rule: a call out of time
+// answers kDeadlineExceeded, and a failed call, or one whose answer did not
+// allow keeping the connection, leaves none for the next call.
 class Connection {
  public:
   Connection(boost::asio::any_io_executor ex, const Url& url, boost::asio::ssl::context& tls,
@@ -67,6 +71,52 @@ class Connection {
     request_.keep_alive(true);
     request_.prepare_payload();
   }
+
+  // Sends the prepared request and reads its answer within `timeout` from
+  // now, the name lookup and the connection included. At the deadline the
+  // sockets are closed, and the call ends with its operations cancelled. An
+  // answer whole before then is kept, and so is one already waiting in the
+  // socket when the deadline is seen (the loop was busy and woke late:
+  // thrown away, a message the server accepted would be sent again). That
+  // second part rests on Asio's reactor: in one wake-up it performs the reads
+  // that are ready before it runs the timers that expired, and a read that
+  // completed is not undone by closing its socket.
+  // RunSenders.AnAnswerThatArrivedWhileTheLoopWasBusyIsTaken pins it.
+  boost::asio::awaitable<absl::StatusOr<HttpAnswer>> call(std::chrono::milliseconds timeout) {
+    const std::uint64_t id = ++calls_;
+    expired_ = false;
+    deadline_.expires_after(timeout);
+    // The handler may run after this call ended (the deadline fired while the
+    // answer's completion was queued): it reads only members and `id`.
+    deadline_.async_wait([this, id](const boost::system::error_code& ec) {
+      if (ec || id != calls_ || done_ == id) return;
+      expired_ = true;
+      close_sockets();
+    });
+    absl::StatusOr<HttpAnswer> result = absl::UnavailableError("call failed");
+    std::exception_ptr failed;  // an allocation's failure: the call ends too
+    try {
+      result = co_await exchange();
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    done_ = id;
+    deadline_.cancel();
+    if (expired_) {
+      reuse_ = false;
+      if (!result.ok()) {
+        result = absl::DeadlineExceededError("no whole answer within " +
+                                             std::to_string(timeout.count()) + " ms");
+      }
+    }
+    if (!result.ok() || !reuse_) forget();
+    if (failed) std::rethrow_exception(failed);
+    co_return result;
+  }
+
+ private:
+  using Tcp = boost::beast::tcp_stream;
+  using Tls = boost::beast::ssl_stream<boost::beast::tcp_stream>;
 
   // Connects if need be, sends the prepared request, reads the answer.
   boost::asio::awaitable<absl::StatusOr<HttpAnswer>> exchange() {
@@ -129,42 +179,13 @@ class Connection {
                          .body = std::move(parser.get().body())};
   }
 
-  // exchange() within `timeout` from now, for owners that share their
-  // executor: at the deadline the sockets are closed, and the call ends with
-  // its operations cancelled. An answer whole before then is kept.
-  boost::asio::awaitable<absl::StatusOr<HttpAnswer>> exchange_within(
-      std::chrono::milliseconds timeout) {
-    const std::uint64_t call = ++calls_;
-    bool expired = false;
-    deadline_.expires_after(timeout);
-    // The handler may run after this call returned (the deadline fired while
-    // the answer's completion was queued): it reads only members and `call`.
-    deadline_.async_wait([this, call, &expired](const boost::system::error_code& ec) {
-      if (ec || call != calls_ || done_ == call) return;
-      expired = true;
-      close_sockets();
-    });
-    absl::StatusOr<HttpAnswer> result = co_await exchange();
-    done_ = call;
-    deadline_.cancel();
-    if (expired) {
-      reuse_ = false;
-      if (!result.ok()) {
-        result = too_late(timeout);
-      }
-    }
-    if (!result.ok() || !reuse_) forget();
-    co_return result;
-  }
-
   void close_sockets() {
     boost::beast::error_code ignored;
     if (tcp_) tcp_->socket().close(ignored);
     if (tls_) boost::beast::get_lowest_layer(*tls_).socket().close(ignored);
   }
 
-  // After a failure, or an answer that did not allow keeping the connection:
-  // the next exchange connects anew.
+  // The next call connects anew.
   void forget() {
     close_sockets();
     tcp_.reset();
@@ -172,19 +193,6 @@ class Connection {
     buffer_.clear();
     reuse_ = false;
   }
-
-  bool reusable() const { return reuse_; }
-
-  // What a call that ran out of time answers.
-  static absl::Status too_late(std::chrono::milliseconds timeout) {
-    return absl::DeadlineExceededError("no whole answer within " + std::to_string(timeout.count()) +
-                                       " ms");
-  }
-  void no_reuse() { reuse_ = false; }
-
- private:
-  using Tcp = boost::beast::tcp_stream;
-  using Tls = boost::beast::ssl_stream<boost::beast::tcp_stream>;
 
   static absl::Status connection_failed(const boost::beast::error_code& ec) {
     return absl::UnavailableError("connection failed: " + ec.message());
@@ -199,10 +207,12 @@ class Connection {
   boost::beast::flat_buffer buffer_;
   boost::beast::http::request<boost::beast::http::string_body> request_;
   bool reuse_ = false;  // the last answer allowed keeping the connection
-  // exchange_within's deadline: the calls made, and the last one that ended.
+  // The deadline: the calls made, the last one that ended, and whether the
+  // one in flight ran out of time.
   boost::asio::steady_timer deadline_;
   std::uint64_t calls_ = 0;
   std::uint64_t done_ = 0;
+  bool expired_ = false;
 };
 
 }  // namespace
@@ -217,31 +227,14 @@ class HttpCaller::Impl {
   absl::StatusOr<HttpAnswer> post(std::string body, const Headers& headers) {
     connection_.prepare(std::move(body), headers);
     std::optional<absl::StatusOr<HttpAnswer>> result;
-    boost::asio::co_spawn(io_, connection_.exchange(),
+    boost::asio::co_spawn(io_, connection_.call(timeout_),
                           [&](const std::exception_ptr& failed, absl::StatusOr<HttpAnswer> answer) {
                             result =
                                 failed ? absl::UnavailableError("call failed") : std::move(answer);
                           });
     io_.restart();
-    io_.run_for(timeout_);
-    if (!result) {
-      // An answer already waiting in the socket when the deadline fired (this
-      // thread woke late) is taken, not thrown away: thrown away, a message the
-      // API accepted would be sent again.
-      io_.restart();
-      io_.poll();
-    }
-    if (!result) {
-      // The deadline passed mid-call: close the sockets, let the call see its
-      // operations cancelled and end, then forget the connection.
-      connection_.close_sockets();
-      io_.restart();
-      io_.run();
-      connection_.no_reuse();
-      result = Connection::too_late(timeout_);
-    }
-    if (!result->ok() || !connection_.reusable()) connection_.forget();
-    return *std::move(result);
+    io_.run();  // the call's deadline bounds it
+    return std::move(result).value_or(absl::UnavailableError("call did not end"));
   }
 
  private:
@@ -274,7 +267,7 @@ void run_senders(const Url& url, int senders, std::chrono::milliseconds timeout,
         co_await pause.async_wait(boost::asio::redirect_error(boost::asio::use_awaitable, ignored));
       }
       c.prepare(request.body, request.headers);
-      last = co_await c.exchange_within(timeout);
+      last = co_await c.call(timeout);
     }
   };
   for (int i = 0; i < senders; ++i) {

@@ -7,7 +7,10 @@
 // Every call is bounded as a whole, not per read:
 // - one deadline from the first byte of the name lookup to the last byte of
 //   the answer (a server that drips one byte every 0.4 s cannot stretch a
-//   500 ms call to 8 s, and so cannot outlive the caller's lease);
+//   500 ms call to 8 s, and so cannot outlive the caller's lease); an answer
+//   already whole in the socket when the deadline is seen is taken, not
+//   thrown away (the caller's thread woke late; a message the server accepted
+//   would be sent again);
 // - the answer's header and body are capped in bytes while they are read
 //   (kMaxResponseBytes; a 300 MB answer costs at most that much);
 // - https:// with the peer's certificate verified against the system's CAs

@@ -1,8 +1,10 @@
 // The services' outbound HTTP client (examples/common/http_client.hpp: the
 // relay's delivery, the finality oracle's JSON-RPC) against servers that
 // misbehave on purpose, in this process on loopback: one that drips its
-// answer a byte at a time, one that answers 300 MB, and TLS servers whose
-// certificate is trusted, untrusted, or for another name.
+// answer a byte at a time, one that answers 300 MB, TLS servers whose
+// certificate is trusted, untrusted, or for another name; and the provider
+// simulator's senders on one thread (run_senders) against servers that hold
+// their answers.
 #include <sys/stat.h>
 
 // Boost 1.74's Asio uses std::exchange without including <utility> (C++20).
@@ -40,24 +42,37 @@ long rss_kib() {
   return -1;
 }
 
-// Serves one connection on 127.0.0.1 with `serve(socket)` in a thread.
-class OneShotServer {
+// Accepts `connections` connections on 127.0.0.1, then serves them with
+// `serve(sockets)`, in a thread.
+class LoopbackServer {
  public:
-  explicit OneShotServer(std::function<void(tcp::socket&)> serve)
+  using Serve = std::function<void(std::vector<tcp::socket>&)>;
+  LoopbackServer(int connections, Serve serve)
       : acceptor_(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)) {
-    thread_ = std::thread([this, serve = std::move(serve)] {
+    thread_ = std::thread([this, connections, serve = std::move(serve)] {
       boost::system::error_code ec;
-      tcp::socket s(io_);
-      acceptor_.accept(s, ec);
-      if (!ec) serve(s);
+      std::vector<tcp::socket> sockets;
+      for (int i = 0; i < connections && !ec; ++i) {
+        sockets.emplace_back(io_);
+        acceptor_.accept(sockets.back(), ec);
+      }
+      if (!ec) serve(sockets);
     });
   }
-  ~OneShotServer() {
+  // One connection, served by `serve(socket)`.
+  explicit LoopbackServer(const std::function<void(tcp::socket&)>& serve)
+      : LoopbackServer(1, [serve](std::vector<tcp::socket>& s) { serve(s[0]); }) {}
+  ~LoopbackServer() {
     boost::system::error_code ignored;
     acceptor_.close(ignored);
     thread_.join();
   }
+  LoopbackServer(const LoopbackServer&) = delete;
+  LoopbackServer& operator=(const LoopbackServer&) = delete;
   int port() const { return acceptor_.local_endpoint().port(); }
+  Url url(const std::string& target = "/") const {
+    return Url("http://127.0.0.1:" + std::to_string(port()) + target);
+  }
 
  private:
   asio::io_context io_;
@@ -85,9 +100,8 @@ void drip(tcp::socket& s) {
 }
 
 TEST(OutboundClient, ADripFeedingServerCannotStretchACallPastItsDeadline) {
-  OneShotServer server(drip);
-  HttpCaller caller(Url("http://127.0.0.1:" + std::to_string(server.port()) + "/notify"),
-                    std::chrono::milliseconds(500));
+  LoopbackServer server(drip);
+  HttpCaller caller(server.url("/notify"), std::chrono::milliseconds(500));
   const auto t0 = Clock::now();
   const absl::StatusOr<HttpAnswer> r = caller.post("{}", {});
   const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
@@ -97,7 +111,7 @@ TEST(OutboundClient, ADripFeedingServerCannotStretchACallPastItsDeadline) {
 }
 
 TEST(OutboundClient, AHugeAnswerIsCutAtTheCapWhileItIsRead) {
-  OneShotServer server([](tcp::socket& s) {
+  LoopbackServer server([](tcp::socket& s) {
     read_request(s);
     boost::system::error_code ec;
     asio::write(
@@ -106,8 +120,7 @@ TEST(OutboundClient, AHugeAnswerIsCutAtTheCapWhileItIsRead) {
     for (int i = 0; i < 300 && !ec; ++i) asio::write(s, asio::buffer(mb), ec);
   });
   const long before = rss_kib();
-  HttpCaller caller(Url("http://127.0.0.1:" + std::to_string(server.port()) + "/rpc"),
-                    std::chrono::milliseconds(5000));
+  HttpCaller caller(server.url("/rpc"), std::chrono::milliseconds(5000));
   const absl::StatusOr<HttpAnswer> r = caller.post("{}", {});
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
   EXPECT_THAT(r.status().message(), HasSubstr("answer over 1048576 bytes"));
@@ -115,14 +128,13 @@ TEST(OutboundClient, AHugeAnswerIsCutAtTheCapWhileItIsRead) {
 }
 
 TEST(OutboundClient, AnAnswerWithinTheLimitsComesBackWhole) {
-  OneShotServer server([](tcp::socket& s) {
+  LoopbackServer server([](tcp::socket& s) {
     read_request(s);
     boost::system::error_code ec;
     asio::write(s, asio::buffer(std::string("HTTP/1.1 503 Busy\r\nContent-Length: 2\r\n\r\nno")),
                 ec);
   });
-  HttpCaller caller(Url("http://127.0.0.1:" + std::to_string(server.port()) + "/"),
-                    std::chrono::milliseconds(2000));
+  HttpCaller caller(server.url("/"), std::chrono::milliseconds(2000));
   const absl::StatusOr<HttpAnswer> r = caller.post("{}", {});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->status, 503);
@@ -174,7 +186,7 @@ class TlsServer {
 
  private:
   asio::ssl::context tls_;
-  std::optional<OneShotServer> server_;
+  std::optional<LoopbackServer> server_;
 };
 
 TEST(OutboundClient, HttpsVerifiesTheCertificateAndTheName) {
@@ -215,72 +227,40 @@ TEST(OutboundClient, HttpsVerifiesTheCertificateAndTheName) {
 
 // run_senders: the provider simulator's closed-loop senders on one thread.
 
-// Accepts `connections` connections, then `rounds` times reads one request on
-// each of them and only then answers them all, with the round's number: a
-// client that waits for one connection's answer before it sends on the next
-// never gets one.
-class RoundsServer {
- public:
-  RoundsServer(int connections, int rounds)
-      : acceptor_(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)) {
-    thread_ = std::thread([this, connections, rounds] {
-      boost::system::error_code ec;
-      std::vector<tcp::socket> sockets;
-      std::vector<asio::streambuf> read(static_cast<std::size_t>(connections));
-      for (int i = 0; i < connections && !ec; ++i) {
-        sockets.emplace_back(io_);
-        acceptor_.accept(sockets.back(), ec);
+// `rounds` times reads one request on every connection and only then answers
+// them all, with the round's number: a client that waits for one
+// connection's answer before it sends on the next never gets one.
+LoopbackServer::Serve rounds(int rounds) {
+  return [rounds](std::vector<tcp::socket>& sockets) {
+    boost::system::error_code ec;
+    std::vector<asio::streambuf> read(sockets.size());
+    for (int r = 0; r < rounds && !ec; ++r) {
+      for (std::size_t i = 0; i < sockets.size() && !ec; ++i) {
+        read[i].consume(asio::read_until(sockets[i], read[i], "\r\n\r\n", ec));
       }
-      for (int r = 0; r < rounds && !ec; ++r) {
-        for (std::size_t i = 0; i < sockets.size() && !ec; ++i) {
-          read[i].consume(asio::read_until(sockets[i], read[i], "\r\n\r\n", ec));
-        }
-        const std::string answer =
-            "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n" + std::to_string(r);
-        for (std::size_t i = 0; i < sockets.size() && !ec; ++i) {
-          asio::write(sockets[i], asio::buffer(answer), ec);
-        }
+      const std::string answer = "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n" + std::to_string(r);
+      for (std::size_t i = 0; i < sockets.size() && !ec; ++i) {
+        asio::write(sockets[i], asio::buffer(answer), ec);
       }
-    });
-  }
-  ~RoundsServer() {
-    boost::system::error_code ignored;
-    acceptor_.close(ignored);
-    thread_.join();
-  }
-  RoundsServer(const RoundsServer&) = delete;
-  RoundsServer& operator=(const RoundsServer&) = delete;
-  Url url() const { return Url("http://127.0.0.1:" + std::to_string(port()) + "/webhooks"); }
-  int port() const { return acceptor_.local_endpoint().port(); }
-
- private:
-  asio::io_context io_;
-  tcp::acceptor acceptor_;
-  std::thread thread_;
-};
-
-// Every answer run_senders hands back, by sender, in the order they came.
-struct Answers {
-  std::vector<std::vector<absl::StatusOr<HttpAnswer>>> by_sender;
-  explicit Answers(int senders) : by_sender(static_cast<std::size_t>(senders)) {}
-};
+    }
+  };
+}
 
 TEST(RunSenders, SendersRunAtOnceOnTheCallingThread) {
   constexpr int kSenders = 4;
-  RoundsServer server(kSenders, 1);  // no answer until all four requests are in
-  Answers answers(kSenders);
+  LoopbackServer server(kSenders, rounds(1));  // no answer until all four requests are in
+  std::vector<std::vector<absl::StatusOr<HttpAnswer>>> answers(kSenders);
   const std::thread::id caller = std::this_thread::get_id();
   bool other_thread = false;
-  run_senders(server.url(), kSenders, std::chrono::milliseconds(3000),
+  run_senders(server.url("/webhooks"), kSenders, std::chrono::milliseconds(3000),
               [&](int id, const absl::StatusOr<HttpAnswer>* last, Request& request) {
                 other_thread |= std::this_thread::get_id() != caller;
-                if (last != nullptr)
-                  answers.by_sender[static_cast<std::size_t>(id)].push_back(*last);
+                if (last != nullptr) answers[static_cast<std::size_t>(id)].push_back(*last);
                 request = Request{.body = "{}"};
                 return last == nullptr;
               });
   EXPECT_FALSE(other_thread) << "every callback on the thread that called run_senders";
-  for (const auto& got : answers.by_sender) {
+  for (const auto& got : answers) {
     ASSERT_EQ(got.size(), 1U);
     ASSERT_TRUE(got[0].ok()) << got[0].status();
     EXPECT_EQ(got[0]->status, 200);
@@ -289,10 +269,10 @@ TEST(RunSenders, SendersRunAtOnceOnTheCallingThread) {
 }
 
 TEST(RunSenders, ASenderKeepsItsConnectionAndWaitsTheDelayItIsAsked) {
-  RoundsServer server(1, 3);  // one connection accepted: a second would never be answered
+  LoopbackServer server(1, rounds(3));  // one connection accepted: a second would never be answered
   std::vector<absl::StatusOr<HttpAnswer>> got;
   std::vector<Clock::time_point> at;
-  run_senders(server.url(), 1, std::chrono::milliseconds(3000),
+  run_senders(server.url("/webhooks"), 1, std::chrono::milliseconds(3000),
               [&](int, const absl::StatusOr<HttpAnswer>* last, Request& request) {
                 if (last != nullptr) {
                   got.push_back(*last);
@@ -312,11 +292,10 @@ TEST(RunSenders, ASenderKeepsItsConnectionAndWaitsTheDelayItIsAsked) {
 }
 
 TEST(RunSenders, ADripFeedingServerCannotStretchADeliveryPastItsDeadline) {
-  OneShotServer server(drip);
+  LoopbackServer server(drip);
   std::optional<absl::StatusOr<HttpAnswer>> got;
   const auto t0 = Clock::now();
-  run_senders(Url("http://127.0.0.1:" + std::to_string(server.port()) + "/webhooks"), 1,
-              std::chrono::milliseconds(500),
+  run_senders(server.url("/webhooks"), 1, std::chrono::milliseconds(500),
               [&](int, const absl::StatusOr<HttpAnswer>* last, Request& request) {
                 if (last != nullptr) got = *last;
                 request = Request{.body = "{}"};
@@ -326,6 +305,41 @@ TEST(RunSenders, ADripFeedingServerCannotStretchADeliveryPastItsDeadline) {
   ASSERT_TRUE(got.has_value());
   EXPECT_EQ(got->status().code(), absl::StatusCode::kDeadlineExceeded) << got->status();
   EXPECT_LT(took.count(), 1000) << "the whole delivery, in ms";
+}
+
+TEST(RunSenders, AnAnswerThatArrivedWhileTheLoopWasBusyIsTaken) {
+  // Both requests read, then one connection answered at once and the other
+  // 100 ms later; both kept open until the client closes them.
+  LoopbackServer server(2, [](std::vector<tcp::socket>& sockets) {
+    for (tcp::socket& s : sockets) read_request(s);
+    const std::string answer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+    boost::system::error_code ec;
+    asio::write(sockets[0], asio::buffer(answer), ec);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    asio::write(sockets[1], asio::buffer(answer), ec);
+    for (tcp::socket& s : sockets) read_request(s);
+  });
+  std::vector<std::optional<absl::StatusOr<HttpAnswer>>> got(2);
+  bool held = false;
+  run_senders(server.url("/webhooks"), 2, std::chrono::milliseconds(400),
+              [&](int id, const absl::StatusOr<HttpAnswer>* last, Request& request) {
+                if (last != nullptr) {
+                  got[static_cast<std::size_t>(id)] = *last;
+                  // The first answer's callback holds the loop past the other
+                  // delivery's deadline; that delivery's answer comes meanwhile.
+                  if (!held) std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+                  held = true;
+                }
+                request = Request{.body = "{}"};
+                return last == nullptr;
+              });
+  for (const auto& answer : got) {
+    ASSERT_TRUE(answer.has_value());
+    ASSERT_TRUE(answer->ok()) << "a whole answer in the socket is not thrown away: "
+                              << answer->status();
+    EXPECT_EQ((*answer)->status, 200);
+    EXPECT_EQ((*answer)->body, "ok");
+  }
 }
 
 TEST(RunSenders, WhatTheCallbackThrowsLeavesRunSenders) {
