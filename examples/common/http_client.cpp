@@ -20,10 +20,15 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
+#include <charconv>
 #include <cstdint>
 #include <exception>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <system_error>
+#include <thread>
+#include <unordered_map>
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -46,6 +51,100 @@ boost::asio::ssl::context client_tls_context(const Url& url) {
   return tls;
 }
 
+using Endpoints = std::vector<boost::asio::ip::tcp::endpoint>;
+
+// A name lookup that a call can stop waiting for. getaddrinfo cannot be cut
+// short, and Asio's resolver runs it on a thread that destroying the
+// io_context joins; so each lookup here runs on a detached thread of its own,
+// and a call waits for it only until its own deadline. Calls to one host and
+// port share the lookup under way: a resolver that does not answer holds one
+// thread per name, however many calls give up on it. Thread-safe.
+class NameLookup {
+ public:
+  struct Answer {
+    boost::system::error_code ec;
+    Endpoints endpoints;
+  };
+
+  // The lookup of host:port under way, or a new one.
+  static absl::StatusOr<std::shared_ptr<NameLookup>> of(const std::string& host,
+                                                        const std::string& port) {
+    Registry& r = registry();
+    const std::string key = host + ":" + port;
+    const std::lock_guard lock(r.mu);
+    if (std::shared_ptr<NameLookup> under_way = r.under_way[key].lock()) return under_way;
+    auto lookup = std::make_shared<NameLookup>();
+    try {
+      std::thread([lookup, host, port, key] { lookup->run(host, port, key); }).detach();
+    } catch (const std::system_error& e) {
+      r.under_way.erase(key);
+      return absl::UnavailableError("cannot start a name lookup of " + host + ": " + e.what());
+    }
+    r.under_way[key] = lookup;
+    return lookup;
+  }
+
+  // The answer, if the lookup has ended; if not, `wake` is cancelled (on its
+  // executor) when it ends, until stop_waiting(wake).
+  std::optional<Answer> answer_or_wake(boost::asio::steady_timer& wake) {
+    const std::lock_guard lock(mu_);
+    if (answer_) return answer_;
+    if (std::find(waiting_.begin(), waiting_.end(), &wake) == waiting_.end()) {
+      waiting_.push_back(&wake);
+    }
+    return std::nullopt;
+  }
+
+  // After this, the lookup does not touch `wake`.
+  void stop_waiting(const boost::asio::steady_timer& wake) {
+    const std::lock_guard lock(mu_);
+    std::erase(waiting_, &wake);
+  }
+
+ private:
+  struct Registry {
+    std::mutex mu;
+    std::unordered_map<std::string, std::weak_ptr<NameLookup>> under_way;
+  };
+  // Never destroyed: a lookup may outlive main().
+  static Registry& registry() {
+    static auto* r = new Registry;
+    return *r;
+  }
+
+  void run(const std::string& host, const std::string& port, const std::string& key) {
+    Answer answer;
+    try {
+      boost::asio::io_context io;  // a synchronous lookup: no thread of Asio's
+      boost::asio::ip::tcp::resolver resolver(io);
+      for (const auto& entry : resolver.resolve(host, port, answer.ec)) {
+        answer.endpoints.push_back(entry.endpoint());
+      }
+    } catch (...) {  // an allocation's failure: the lookup failed
+      answer.ec = boost::asio::error::no_memory;
+      answer.endpoints.clear();
+    }
+    {
+      Registry& r = registry();
+      const std::lock_guard lock(r.mu);
+      if (auto it = r.under_way.find(key);
+          it != r.under_way.end() && it->second.lock().get() == this) {
+        r.under_way.erase(it);  // the next call looks the name up again
+      }
+    }
+    const std::lock_guard lock(mu_);
+    answer_ = std::move(answer);
+    for (boost::asio::steady_timer* wake : waiting_) {
+      boost::asio::post(wake->get_executor(), [wake] { wake->cancel(); });
+    }
+    waiting_.clear();
+  }
+
+  std::mutex mu_;
+  std::optional<Answer> answer_;
+  std::vector<boost::asio::steady_timer*> waiting_;
+};
+
 // One kept-alive connection to one URL and its calls, on an executor the
 // owner runs: HttpCaller's own io_context, or run_senders' shared one. A call
 // (call()) is bounded by one deadline, and ends by one rule: a call out of time
@@ -59,7 +158,13 @@ class Connection {
         url_(url),
         tls_context_(tls),
         max_response_(max_response),
-        deadline_(ex_) {}
+        deadline_(ex_),
+        wake_(ex_) {}
+  ~Connection() {
+    if (lookup_) lookup_->stop_waiting(wake_);
+  }
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
 
   void prepare(std::string body, const Headers& headers) {
     namespace http = boost::beast::http;
@@ -74,7 +179,8 @@ class Connection {
 
   // Sends the prepared request and reads its answer within `timeout` from
   // now, the name lookup and the connection included. At the deadline the
-  // sockets are closed, and the call ends with its operations cancelled. An
+  // sockets are closed, a lookup under way is left to end on its own thread
+  // (NameLookup), and the call ends with its operations cancelled. An
   // answer whole before then is kept, and so is one already waiting in the
   // socket when the deadline is seen (the loop was busy and woke late:
   // thrown away, a message the server accepted would be sent again). That
@@ -92,6 +198,7 @@ class Connection {
       if (ec || id != calls_ || done_ == id) return;
       expired_ = true;
       close_sockets();
+      wake_.cancel();  // a name lookup is waited for no longer
     });
     absl::StatusOr<HttpAnswer> result = absl::UnavailableError("call failed");
     std::exception_ptr failed;  // an allocation's failure: the call ends too
@@ -125,12 +232,11 @@ class Connection {
     boost::beast::error_code ec;
     const auto step = [&ec] { return asio::redirect_error(asio::use_awaitable, ec); };
     if (!tcp_ && !tls_) {
-      asio::ip::tcp::resolver resolver(ex_);
-      const auto endpoints = co_await resolver.async_resolve(url_.host, url_.port, step());
-      if (ec) co_return absl::UnavailableError("cannot resolve " + url_.host + ": " + ec.message());
+      absl::StatusOr<Endpoints> endpoints = co_await resolve();
+      if (!endpoints.ok()) co_return endpoints.status();
       if (url_.tls) {
         tls_.emplace(ex_, tls_context_);
-        co_await boost::beast::get_lowest_layer(*tls_).async_connect(endpoints, step());
+        co_await boost::beast::get_lowest_layer(*tls_).async_connect(*endpoints, step());
         if (ec) co_return connection_failed(ec);
         // The name the certificate must carry, and SNI for virtual hosts.
         tls_->set_verify_callback(asio::ssl::host_name_verification(url_.host));
@@ -141,7 +247,7 @@ class Connection {
                                            " failed: " + ec.message());
       } else {
         tcp_.emplace(ex_);
-        co_await tcp_->async_connect(endpoints, step());
+        co_await tcp_->async_connect(*endpoints, step());
         if (ec) co_return connection_failed(ec);
         tcp_->socket().set_option(asio::ip::tcp::no_delay(true), ec);
       }
@@ -179,6 +285,35 @@ class Connection {
                          .body = std::move(parser.get().body())};
   }
 
+  // The URL's host as addresses: at once for an address, else by a lookup
+  // waited for until it ends or the deadline passes, whichever is first (so
+  // no connection is begun after the deadline either).
+  boost::asio::awaitable<absl::StatusOr<Endpoints>> resolve() {
+    boost::system::error_code ec;
+    const boost::asio::ip::address address = boost::asio::ip::make_address(url_.host, ec);
+    std::uint16_t port = 0;
+    const char* end = url_.port.data() + url_.port.size();
+    const auto [parsed_to, port_error] = std::from_chars(url_.port.data(), end, port);
+    if (!ec && port_error == std::errc() && parsed_to == end) {
+      co_return Endpoints{{address, port}};
+    }
+    absl::StatusOr<std::shared_ptr<NameLookup>> lookup = NameLookup::of(url_.host, url_.port);
+    if (!lookup.ok()) co_return lookup.status();
+    lookup_ = *std::move(lookup);
+    std::optional<NameLookup::Answer> answer;
+    while (!(answer = lookup_->answer_or_wake(wake_)) && !expired_) {
+      wake_.expires_at(boost::asio::steady_timer::time_point::max());
+      co_await wake_.async_wait(boost::asio::redirect_error(boost::asio::use_awaitable, ec));
+    }
+    lookup_->stop_waiting(wake_);
+    lookup_.reset();
+    if (expired_) co_return absl::DeadlineExceededError("the name lookup of " + url_.host);
+    if (answer->ec) {
+      co_return absl::UnavailableError("cannot resolve " + url_.host + ": " + answer->ec.message());
+    }
+    co_return std::move(answer->endpoints);
+  }
+
   void close_sockets() {
     boost::beast::error_code ignored;
     if (tcp_) tcp_->socket().close(ignored);
@@ -213,6 +348,9 @@ class Connection {
   std::uint64_t calls_ = 0;
   std::uint64_t done_ = 0;
   bool expired_ = false;
+  // The name lookup a call waits for, and what its end (or the deadline) cancels.
+  std::shared_ptr<NameLookup> lookup_;
+  boost::asio::steady_timer wake_;
 };
 
 }  // namespace

@@ -10,12 +10,12 @@
 //   500 ms call to 8 s, and so cannot outlive the caller's lease); an answer
 //   already whole in the socket when the deadline is seen is taken, not
 //   thrown away (the caller's thread woke late; a message the server accepted
-//   would be sent again). The one exception: a name lookup under way cannot
-//   be cut short (getaddrinfo, on Asio's resolver thread, runs to its own
-//   end), so a resolver that does not answer holds the call up to its own
-//   timeout (glibc: 5 s a try, 2 tries a nameserver). Where that matters,
-//   give the URL an address, its host an /etc/hosts entry, or the machine a
-//   local caching resolver (docs/security.md, "Not yet");
+//   would be sent again). A name lookup that does not end by the deadline is
+//   not waited for: getaddrinfo cannot be cut short, so it runs on a thread
+//   of its own that nothing joins, and calls to one host and port share the
+//   one under way (a resolver that does not answer holds one thread per name
+//   for its own timeout, not the calls). No connection is begun after the
+//   deadline. An address in the URL is not looked up;
 // - the answer's header and body are capped in bytes while they are read
 //   (kMaxResponseBytes; a 300 MB answer costs at most that much);
 // - https:// with the peer's certificate verified against the system's CAs

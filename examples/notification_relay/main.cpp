@@ -93,7 +93,7 @@ int main() {
       .log = &logs};
   // A claim must outlast its whole delivery: every attempt timing out, plus backoff.
   // Each attempt is bounded as a whole (common/http_client.hpp), so this is
-  // the worst case by construction, a hung name lookup excepted (see there);
+  // the worst case by construction (a name lookup included: see there);
   // checked, because a second replica delivering a message whose lease ran
   // out is a duplicate notification.
   options.lease = absl::Milliseconds(attempts * (timeout_ms + 1'000)) + absl::Seconds(10);
