@@ -86,9 +86,7 @@ class NameLookup : public ::testing::Test {
   // No held lookup outlives its test.
   ~NameLookup() override {
     release();
-    HeldResolver& r = held_resolver();
-    std::unique_lock lock(r.mu);
-    r.cv.wait(lock, [&r] { return r.in_flight == 0; });
+    wait_until_no_lookup_is_held();
   }
 
   static void release() {
