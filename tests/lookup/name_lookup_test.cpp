@@ -15,6 +15,7 @@
 #include <boost/asio.hpp>
 #include <chrono>
 #include <condition_variable>
+#include <latch>
 #include <map>
 #include <mutex>
 #include <string>
@@ -108,7 +109,8 @@ class NameLookup : public ::testing::Test {
 };
 
 // Counts the connections made to 127.0.0.1:port() and answers 200 "ok" to
-// each request on them, in a thread, until destroyed.
+// each request on them, a thread per connection, until destroyed (after its
+// clients).
 class CountingServer {
  public:
   CountingServer() : acceptor_(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)) {
@@ -119,24 +121,29 @@ class CountingServer {
         acceptor_.accept(s, ec);
         if (ec || stopping_) return;
         ++connections_;
-        for (asio::streambuf b; !ec;) {
-          b.consume(asio::read_until(s, b, "\r\n\r\n", ec));
-          if (!ec) {
-            asio::write(
-                s, asio::buffer(std::string("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")), ec);
+        serving_.emplace_back([s = std::move(s)]() mutable {
+          boost::system::error_code ec;
+          for (asio::streambuf b; !ec;) {
+            b.consume(asio::read_until(s, b, "\r\n\r\n", ec));
+            if (!ec) {
+              asio::write(
+                  s, asio::buffer(std::string("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")),
+                  ec);
+            }
           }
-        }
+        });
       }
     });
   }
   // A blocked accept() does not see its socket closed: a last connection
-  // wakes it.
+  // wakes it. Each connection's thread ends when its client closes it.
   ~CountingServer() {
     stopping_ = true;
     boost::system::error_code ignored;
     tcp::socket wake(io_);
     wake.connect(acceptor_.local_endpoint(), ignored);
     thread_.join();
+    for (std::thread& t : serving_) t.join();
   }
   CountingServer(const CountingServer&) = delete;
   CountingServer& operator=(const CountingServer&) = delete;
@@ -152,6 +159,7 @@ class CountingServer {
   std::atomic<int> connections_ = 0;
   std::atomic<bool> stopping_ = false;
   std::thread thread_;
+  std::vector<std::thread> serving_;  // the accepting thread's alone until it ends
 };
 
 TEST_F(NameLookup, AHeldLookupCannotHoldACallPastItsDeadline) {
@@ -233,6 +241,34 @@ TEST_F(NameLookup, CallsThatGiveUpShareTheOneLookupUnderWay) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_EQ(lookups(name), 2);
+}
+
+TEST_F(NameLookup, CallersOnManyThreadsShareTheOneLookup) {
+  // As the relay's delivery threads do, each with its own caller.
+  constexpr int kThreads = 4;
+  const std::string name = "loopback.threads.hang.invalid";
+  CountingServer server;
+  std::latch started(kThreads + 1);
+  std::vector<absl::StatusOr<HttpAnswer>> got(kThreads, absl::UnknownError("no call"));
+  std::vector<std::thread> threads;
+  threads.reserve(kThreads);
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      HttpCaller caller(Url(server.url(name)), std::chrono::milliseconds(5000));
+      started.arrive_and_wait();
+      got[static_cast<std::size_t>(i)] = caller.post("{}", {});
+    });
+  }
+  started.arrive_and_wait();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // every caller waits by now
+  release();
+  for (std::thread& t : threads) t.join();
+  for (const auto& r : got) {
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->body, "ok");
+  }
+  EXPECT_EQ(lookups(name), 1) << "four callers on four threads, one lookup";
+  EXPECT_EQ(server.connections(), kThreads);
 }
 
 TEST_F(NameLookup, TheFinalityOraclesCallIsBoundedToo) {
