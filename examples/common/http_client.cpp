@@ -72,7 +72,8 @@ class NameLookup {
     Registry& r = registry();
     const std::string key = host + ":" + port;
     const std::lock_guard lock(r.mu);
-    if (std::shared_ptr<NameLookup> under_way = r.under_way[key].lock()) return under_way;
+    std::weak_ptr<NameLookup>& slot = r.under_way[key];
+    if (std::shared_ptr<NameLookup> under_way = slot.lock()) return under_way;
     auto lookup = std::make_shared<NameLookup>();
     try {
       std::thread([lookup, host, port, key] { lookup->run(host, port, key); }).detach();
@@ -80,7 +81,7 @@ class NameLookup {
       r.under_way.erase(key);
       return absl::UnavailableError("cannot start a name lookup of " + host + ": " + e.what());
     }
-    r.under_way[key] = lookup;
+    slot = lookup;
     return lookup;
   }
 
@@ -125,12 +126,11 @@ class NameLookup {
       answer.endpoints.clear();
     }
     {
+      // The entry is this lookup's: of() replaces only an expired one, and
+      // this thread keeps this lookup alive. The next call looks again.
       Registry& r = registry();
       const std::lock_guard lock(r.mu);
-      if (auto it = r.under_way.find(key);
-          it != r.under_way.end() && it->second.lock().get() == this) {
-        r.under_way.erase(it);  // the next call looks the name up again
-      }
+      r.under_way.erase(key);
     }
     const std::lock_guard lock(mu_);
     answer_ = std::move(answer);
