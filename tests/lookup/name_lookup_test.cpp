@@ -25,6 +25,7 @@
 
 #include "examples/common/http_client.hpp"
 #include "gmock/gmock.h"
+#include "tests/support/loopback_server.hpp"
 
 namespace {
 
@@ -70,7 +71,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 namespace asio = boost::asio;
-using tcp = asio::ip::tcp;
+using idemledger::testing::LoopbackServer;
 
 long ms_since(Clock::time_point t0) {
   return static_cast<long>(
@@ -108,66 +109,24 @@ class NameLookup : public ::testing::Test {
   }
 };
 
-// Counts the connections made to 127.0.0.1:port() and answers 200 "ok" to
-// each request on them, a thread per connection, until destroyed (after its
-// clients).
-class CountingServer {
- public:
-  CountingServer() : acceptor_(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)) {
-    thread_ = std::thread([this] {
-      for (;;) {
-        tcp::socket s(io_);
-        boost::system::error_code ec;
-        acceptor_.accept(s, ec);
-        if (ec || stopping_) return;
-        ++connections_;
-        serving_.emplace_back([s = std::move(s)]() mutable {
-          boost::system::error_code ec;
-          for (asio::streambuf b; !ec;) {
-            b.consume(asio::read_until(s, b, "\r\n\r\n", ec));
-            if (!ec) {
-              asio::write(
-                  s, asio::buffer(std::string("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")),
+// Answers 200 "ok" to each request on a connection until its client closes it.
+void answer_ok(LoopbackServer::Socket& s) {
+  boost::system::error_code ec;
+  for (asio::streambuf b; !ec;) {
+    b.consume(asio::read_until(s, b, "\r\n\r\n", ec));
+    if (!ec) {
+      asio::write(s, asio::buffer(std::string("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")),
                   ec);
-            }
-          }
-        });
-      }
-    });
+    }
   }
-  // A blocked accept() does not see its socket closed: a last connection
-  // wakes it. Each connection's thread ends when its client closes it.
-  ~CountingServer() {
-    stopping_ = true;
-    boost::system::error_code ignored;
-    tcp::socket wake(io_);
-    wake.connect(acceptor_.local_endpoint(), ignored);
-    thread_.join();
-    for (std::thread& t : serving_) t.join();
-  }
-  CountingServer(const CountingServer&) = delete;
-  CountingServer& operator=(const CountingServer&) = delete;
-
-  std::string url(const std::string& host) const {
-    return "http://" + host + ":" + std::to_string(acceptor_.local_endpoint().port()) + "/notify";
-  }
-  int connections() const { return connections_; }
-
- private:
-  asio::io_context io_;
-  tcp::acceptor acceptor_;
-  std::atomic<int> connections_ = 0;
-  std::atomic<bool> stopping_ = false;
-  std::thread thread_;
-  std::vector<std::thread> serving_;  // the accepting thread's alone until it ends
-};
+}
 
 TEST_F(NameLookup, AHeldLookupCannotHoldACallPastItsDeadline) {
-  CountingServer server;
+  LoopbackServer server(answer_ok);
   const std::string name = "loopback.api.hang.invalid";
   const auto t0 = Clock::now();
   {
-    HttpCaller caller(Url(server.url(name)), std::chrono::milliseconds(300));
+    HttpCaller caller(Url(server.url("/notify", name)), std::chrono::milliseconds(300));
     const absl::StatusOr<HttpAnswer> r = caller.post("{}", {});
     EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
     EXPECT_LT(ms_since(t0), 1000) << "the call, in ms (the lookup is held for 5 s)";
@@ -183,8 +142,9 @@ TEST_F(NameLookup, AHeldLookupCannotHoldACallPastItsDeadline) {
 }
 
 TEST_F(NameLookup, ALookupThatEndsInTimeWakesItsCallAtOnce) {
-  CountingServer server;
-  HttpCaller caller(Url(server.url("loopback.soon.hang.invalid")), std::chrono::milliseconds(3000));
+  LoopbackServer server(answer_ok);
+  HttpCaller caller(Url(server.url("/notify", "loopback.soon.hang.invalid")),
+                    std::chrono::milliseconds(3000));
   std::thread answers_soon([] {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     release();
@@ -247,14 +207,14 @@ TEST_F(NameLookup, CallersOnManyThreadsShareTheOneLookup) {
   // As the relay's delivery threads do, each with its own caller.
   constexpr int kThreads = 4;
   const std::string name = "loopback.threads.hang.invalid";
-  CountingServer server;
+  LoopbackServer server(answer_ok);
   std::latch started(kThreads + 1);
   std::vector<absl::StatusOr<HttpAnswer>> got(kThreads, absl::UnknownError("no call"));
   std::vector<std::thread> threads;
   threads.reserve(kThreads);
   for (int i = 0; i < kThreads; ++i) {
     threads.emplace_back([&, i] {
-      HttpCaller caller(Url(server.url(name)), std::chrono::milliseconds(5000));
+      HttpCaller caller(Url(server.url("/notify", name)), std::chrono::milliseconds(5000));
       started.arrive_and_wait();
       got[static_cast<std::size_t>(i)] = caller.post("{}", {});
     });
@@ -283,9 +243,9 @@ TEST_F(NameLookup, TheFinalityOraclesCallIsBoundedToo) {
 }
 
 TEST_F(NameLookup, AnAddressIsNotLookedUp) {
-  CountingServer server;
+  LoopbackServer server(answer_ok);
   const int before = held_resolver().all;
-  HttpCaller caller(Url(server.url("127.0.0.1")), std::chrono::milliseconds(1000));
+  HttpCaller caller(Url(server.url("/notify")), std::chrono::milliseconds(1000));
   const absl::StatusOr<HttpAnswer> r = caller.post("{}", {});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->body, "ok");

@@ -25,6 +25,7 @@
 
 #include "examples/common/http_client.hpp"
 #include "gmock/gmock.h"
+#include "tests/support/loopback_server.hpp"
 
 namespace example {
 namespace {
@@ -33,6 +34,7 @@ using ::testing::HasSubstr;
 using Clock = std::chrono::steady_clock;
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
+using idemledger::testing::LoopbackServer;
 
 long rss_kib() {
   std::ifstream in("/proc/self/status");
@@ -41,44 +43,6 @@ long rss_kib() {
   }
   return -1;
 }
-
-// Accepts `connections` connections on 127.0.0.1, then serves them with
-// `serve(sockets)`, in a thread.
-class LoopbackServer {
- public:
-  using Serve = std::function<void(std::vector<tcp::socket>&)>;
-  LoopbackServer(int connections, Serve serve)
-      : acceptor_(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)) {
-    thread_ = std::thread([this, connections, serve = std::move(serve)] {
-      boost::system::error_code ec;
-      std::vector<tcp::socket> sockets;
-      for (int i = 0; i < connections && !ec; ++i) {
-        sockets.emplace_back(io_);
-        acceptor_.accept(sockets.back(), ec);
-      }
-      if (!ec) serve(sockets);
-    });
-  }
-  // One connection, served by `serve(socket)`.
-  explicit LoopbackServer(const std::function<void(tcp::socket&)>& serve)
-      : LoopbackServer(1, [serve](std::vector<tcp::socket>& s) { serve(s[0]); }) {}
-  ~LoopbackServer() {
-    boost::system::error_code ignored;
-    acceptor_.close(ignored);
-    thread_.join();
-  }
-  LoopbackServer(const LoopbackServer&) = delete;
-  LoopbackServer& operator=(const LoopbackServer&) = delete;
-  int port() const { return acceptor_.local_endpoint().port(); }
-  Url url(const std::string& target = "/") const {
-    return Url("http://127.0.0.1:" + std::to_string(port()) + target);
-  }
-
- private:
-  asio::io_context io_;
-  tcp::acceptor acceptor_;
-  std::thread thread_;
-};
 
 // Reads one request's header (enough for these servers).
 void read_request(tcp::socket& s) {
@@ -99,9 +63,30 @@ void drip(tcp::socket& s) {
   }
 }
 
+// The test server itself: a test that gets fewer connections than its server
+// awaits fails at once, rather than hanging in the server's end.
+TEST(LoopbackServer, EndsAtOnceWhenFewerConnectionsCameThanItAwaits) {
+  Clock::time_point ending;
+  bool served = false;
+  asio::io_context io;
+  {
+    LoopbackServer server(2, [&served](std::vector<tcp::socket>&) { served = true; });
+    tcp::socket one(io);
+    one.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"),
+                              static_cast<unsigned short>(server.port())));
+    while (server.connections() < 1) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // blocked awaiting the second
+    ending = Clock::now();
+  }
+  EXPECT_LT(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - ending).count(),
+            1000)
+      << "the server's end, in ms";
+  EXPECT_FALSE(served) << "one connection of two: nothing to serve";
+}
+
 TEST(OutboundClient, ADripFeedingServerCannotStretchACallPastItsDeadline) {
   LoopbackServer server(drip);
-  HttpCaller caller(server.url("/notify"), std::chrono::milliseconds(500));
+  HttpCaller caller(Url(server.url("/notify")), std::chrono::milliseconds(500));
   const auto t0 = Clock::now();
   const absl::StatusOr<HttpAnswer> r = caller.post("{}", {});
   const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
@@ -120,7 +105,7 @@ TEST(OutboundClient, AHugeAnswerIsCutAtTheCapWhileItIsRead) {
     for (int i = 0; i < 300 && !ec; ++i) asio::write(s, asio::buffer(mb), ec);
   });
   const long before = rss_kib();
-  HttpCaller caller(server.url("/rpc"), std::chrono::milliseconds(5000));
+  HttpCaller caller(Url(server.url("/rpc")), std::chrono::milliseconds(5000));
   const absl::StatusOr<HttpAnswer> r = caller.post("{}", {});
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
   EXPECT_THAT(r.status().message(), HasSubstr("answer over 1048576 bytes"));
@@ -134,7 +119,7 @@ TEST(OutboundClient, AnAnswerWithinTheLimitsComesBackWhole) {
     asio::write(s, asio::buffer(std::string("HTTP/1.1 503 Busy\r\nContent-Length: 2\r\n\r\nno")),
                 ec);
   });
-  HttpCaller caller(server.url("/"), std::chrono::milliseconds(2000));
+  HttpCaller caller(Url(server.url("/")), std::chrono::milliseconds(2000));
   const absl::StatusOr<HttpAnswer> r = caller.post("{}", {});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->status, 503);
@@ -230,7 +215,7 @@ TEST(OutboundClient, HttpsVerifiesTheCertificateAndTheName) {
 // `rounds` times reads one request on every connection and only then answers
 // them all, with the round's number: a client that waits for one
 // connection's answer before it sends on the next never gets one.
-LoopbackServer::Serve rounds(int rounds) {
+LoopbackServer::ServeAll rounds(int rounds) {
   return [rounds](std::vector<tcp::socket>& sockets) {
     boost::system::error_code ec;
     std::vector<asio::streambuf> read(sockets.size());
@@ -252,7 +237,7 @@ TEST(RunSenders, SendersRunAtOnceOnTheCallingThread) {
   std::vector<std::vector<absl::StatusOr<HttpAnswer>>> answers(kSenders);
   const std::thread::id caller = std::this_thread::get_id();
   bool other_thread = false;
-  run_senders(server.url("/webhooks"), kSenders, std::chrono::milliseconds(3000),
+  run_senders(Url(server.url("/webhooks")), kSenders, std::chrono::milliseconds(3000),
               [&](int id, const absl::StatusOr<HttpAnswer>* last, Request& request) {
                 other_thread |= std::this_thread::get_id() != caller;
                 if (last != nullptr) answers[static_cast<std::size_t>(id)].push_back(*last);
@@ -272,7 +257,7 @@ TEST(RunSenders, ASenderKeepsItsConnectionAndWaitsTheDelayItIsAsked) {
   LoopbackServer server(1, rounds(3));  // one connection accepted: a second would never be answered
   std::vector<absl::StatusOr<HttpAnswer>> got;
   std::vector<Clock::time_point> at;
-  run_senders(server.url("/webhooks"), 1, std::chrono::milliseconds(3000),
+  run_senders(Url(server.url("/webhooks")), 1, std::chrono::milliseconds(3000),
               [&](int, const absl::StatusOr<HttpAnswer>* last, Request& request) {
                 if (last != nullptr) {
                   got.push_back(*last);
@@ -295,7 +280,7 @@ TEST(RunSenders, ADripFeedingServerCannotStretchADeliveryPastItsDeadline) {
   LoopbackServer server(drip);
   std::optional<absl::StatusOr<HttpAnswer>> got;
   const auto t0 = Clock::now();
-  run_senders(server.url("/webhooks"), 1, std::chrono::milliseconds(500),
+  run_senders(Url(server.url("/webhooks")), 1, std::chrono::milliseconds(500),
               [&](int, const absl::StatusOr<HttpAnswer>* last, Request& request) {
                 if (last != nullptr) got = *last;
                 request = Request{.body = "{}"};
@@ -321,7 +306,7 @@ TEST(RunSenders, AnAnswerThatArrivedWhileTheLoopWasBusyIsTaken) {
   });
   std::vector<std::optional<absl::StatusOr<HttpAnswer>>> got(2);
   bool held = false;
-  run_senders(server.url("/webhooks"), 2, std::chrono::milliseconds(400),
+  run_senders(Url(server.url("/webhooks")), 2, std::chrono::milliseconds(400),
               [&](int id, const absl::StatusOr<HttpAnswer>* last, Request& request) {
                 if (last != nullptr) {
                   got[static_cast<std::size_t>(id)] = *last;
