@@ -3,23 +3,17 @@
 // or too many, floods that must not spend the provider's budget, and bodies
 // that must not learn anything. Each attack is bounded in bytes and time;
 // each asserts the answer, the server's memory and the database.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "gmock/gmock.h"
 #include "idemledger/queue/intake.hpp"
 #include "tests/support/openapi_contract.hpp"
+#include "tests/support/raw_client.hpp"
 #include "tests/support/service_process.hpp"
 #include "tests/support/test_db.hpp"
 
@@ -30,81 +24,6 @@ using ::testing::HasSubstr;
 using Clock = std::chrono::steady_clock;
 
 const std::string kSecret(40, 's');
-
-// A TCP connection to 127.0.0.1 that sends raw bytes and reads raw answers.
-class Raw {
- public:
-  explicit Raw(int port) : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<std::uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = fd_ >= 0 && ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  }
-  ~Raw() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Raw(const Raw&) = delete;
-  Raw& operator=(const Raw&) = delete;
-  bool connected() const { return connected_; }
-
-  // False once the server has closed (or reset) the connection.
-  bool send(std::string_view bytes) {
-    while (!bytes.empty()) {
-      const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-      if (n <= 0) return false;
-      bytes.remove_prefix(static_cast<std::size_t>(n));
-    }
-    return true;
-  }
-  // Whatever arrives within `wait` (up to the server closing), at most 64 KiB.
-  std::string read(std::chrono::milliseconds wait) {
-    std::string out;
-    const auto deadline = Clock::now() + wait;
-    while (out.size() < 65536) {
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      if (left <= 0) break;
-      pollfd p{.fd = fd_, .events = POLLIN, .revents = 0};
-      if (::poll(&p, 1, static_cast<int>(left)) <= 0) break;
-      char buf[4096];
-      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
-      if (n <= 0) break;
-      out.append(buf, static_cast<std::size_t>(n));
-      if (out.find("\r\n\r\n") != std::string::npos && complete(out)) break;
-    }
-    return out;
-  }
-  // "HTTP/1.1 NNN" -> NNN, or 0 if there was no answer. An answer is also
-  // held against the API contract (docs/openapi.yaml): by default the webhook
-  // operation, which documents whatever its listener may answer.
-  static int status(const std::string& answer,
-                    std::string_view operation = "recordPaymentWebhook") {
-    const HttpAnswer parsed = parse_raw_answer(answer);  // status 0 until the head is complete
-    if (parsed.status != 0) {
-      EXPECT_THAT(OpenApiContract::intake().violations(operation, parsed), ::testing::IsEmpty());
-    }
-    return answer.rfind("HTTP/1.1 ", 0) == 0 ? std::atoi(answer.c_str() + 9) : 0;
-  }
-
- private:
-  static bool complete(const std::string& answer) {
-    const std::size_t end = answer.find("\r\n\r\n");
-    const std::size_t at = answer.find("Content-Length: ");
-    if (at == std::string::npos || at > end) return true;
-    return answer.size() >= end + 4 + std::stoul(answer.substr(at + 16));
-  }
-  int fd_;
-  bool connected_ = false;
-};
-
-long rss_kib(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-  }
-  return -1;
-}
 
 class IntakeAttacks : public LedgerTest {
  protected:
@@ -138,14 +57,6 @@ class IntakeAttacks : public LedgerTest {
     return "POST /webhooks/payments HTTP/1.1\r\nHost: x\r\nX-Signature: " + signature +
            "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
            "\r\n\r\n" + body;
-  }
-  // One request on a fresh connection; the whole answer.
-  static std::string ask(int port, const std::string& request,
-                         std::chrono::milliseconds wait = std::chrono::milliseconds(5000)) {
-    Raw c(port);
-    EXPECT_TRUE(c.connected());
-    c.send(request);
-    return c.read(wait);
   }
   long events() { return count("SELECT count(*) FROM {schema}.payment_events"); }
 };
@@ -202,19 +113,7 @@ TEST_F(IntakeAttacks, HeadersItMustNotKeepAre431) {
   std::unique_ptr<ServiceProcess> p = intake();
   const long rss_before = rss_kib(p->pid());
   // 2,000,000 header lines, streamed: cut off at 8 KiB.
-  {
-    Raw c(p->port());
-    ASSERT_TRUE(c.send("POST /webhooks/payments HTTP/1.1\r\n"));
-    const std::string lines = [] {
-      std::string s;
-      for (int i = 0; i < 1000; ++i) s += "X-A: b\r\n";
-      return s;
-    }();
-    int sent = 0;
-    while (sent < 2000 && c.send(lines)) ++sent;
-    EXPECT_LT(sent, 2000) << "the server stopped reading";
-    EXPECT_EQ(Raw::status(c.read(std::chrono::milliseconds(2000))), 431);
-  }
+  EXPECT_EQ(Raw::status(flood_header_lines(p->port(), "POST /webhooks/payments HTTP/1.1")), 431);
   // Few bytes, many fields.
   std::string many = "GET /webhooks/payments HTTP/1.1\r\n";
   for (int i = 0; i < 100; ++i) many += "X" + std::to_string(i) + ": y\r\n";
@@ -227,43 +126,19 @@ TEST_F(IntakeAttacks, HeadersItMustNotKeepAre431) {
 TEST_F(IntakeAttacks, SlowAndIdleClientsCostSocketsNotTheAdminListener) {
   std::unique_ptr<ServiceProcess> p =
       intake({{"IDEMLEDGER_REQUEST_TIMEOUT_MS", "1500"}, {"IDEMLEDGER_MAX_CONNECTIONS", "1024"}});
-  // 2,000 idle connections (more than the server keeps: the longest idle go).
-  std::vector<std::unique_ptr<Raw>> idle;
-  idle.reserve(2000);
-  for (int i = 0; i < 2000; ++i) idle.push_back(std::make_unique<Raw>(p->port()));
-  // 40 clients sending one header line every 200 ms, from two threads.
-  std::vector<std::unique_ptr<Raw>> slow;
-  slow.reserve(40);
-  for (int i = 0; i < 40; ++i) {
-    slow.push_back(std::make_unique<Raw>(p->port()));
-    slow.back()->send("POST /webhooks/payments HTTP/1.1\r\n");
-  }
-  std::atomic<bool> done{false};
-  std::thread dribble([&] {
-    while (!done) {
-      for (auto& s : slow) s->send("X-Slow: 1\r\n");
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    }
-  });
+  // 2,000 idle connections (more than the server keeps: the longest idle go),
+  // and 40 clients sending one header line every 200 ms.
+  Siege siege(p->port(), 2000, 40, "POST /webhooks/payments HTTP/1.1");
   // The admin listener answers within 200 ms, every time.
-  std::chrono::milliseconds worst{0};
-  for (int i = 0; i < 10; ++i) {
-    const auto t0 = Clock::now();
-    const std::string answer = ask(p->admin_port(), "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
-    worst =
-        std::max(worst, std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0));
-    EXPECT_EQ(Raw::status(answer, "health"), 200) << answer;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  const std::chrono::milliseconds worst =
+      worst_answer(p->admin_port(), "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 200, "health");
   std::printf("/healthz under 2,000 idle + 40 slow connections: worst of 10 %lld ms\n",
               static_cast<long long>(worst.count()));
   EXPECT_LT(worst.count(), 200) << "worst /healthz, ms";
   // And a signed delivery on the main listener still goes through.
   EXPECT_EQ(Raw::status(ask(p->port(), signed_post(deposit("during")))), 200);
   // The slow ones get 408 once their request deadline (1.5 s) passes.
-  const std::string answer = slow.front()->read(std::chrono::milliseconds(3000));
-  done = true;
-  dribble.join();
+  const std::string answer = siege.slow_answer(std::chrono::milliseconds(3000));
   EXPECT_EQ(Raw::status(answer), 408) << answer;
   EXPECT_EQ(events(), 1);
 }
