@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -130,6 +131,21 @@ inline void install_stop_handlers() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
+}
+
+// A service's main(): runs `run`, and whatever escapes it (a thread or
+// socket the system refuses) ends the process with exit code 1 and its
+// reason logged, never an unexplained abort.
+template <class Run>
+int guarded_main(const char* service, Run run) {
+  try {
+    return run();
+  } catch (const std::exception& e) {
+    log("error", {{"msg", std::string(service) + " failed"}, {"error", e.what()}});
+  } catch (...) {
+    log("error", {{"msg", std::string(service) + " failed"}});
+  }
+  return 1;
 }
 
 }  // namespace example

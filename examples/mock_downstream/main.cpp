@@ -37,13 +37,23 @@
 #include <string>
 #include <vector>
 
-#include "../common/http.hpp"
 #include "../common/service.hpp"
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
 namespace {
+
+// Binds `server` to 127.0.0.1:`port` (0: any free port) and returns the port;
+// a port that cannot be had is a configuration error.
+int bind_loopback(httplib::Server& server, long port) {
+  const int bound =
+      port == 0 ? server.bind_to_any_port("127.0.0.1")
+                : (server.bind_to_port("127.0.0.1", static_cast<int>(port)) ? static_cast<int>(port)
+                                                                            : -1);
+  if (bound < 0) example::config_error("cannot listen on 127.0.0.1:" + std::to_string(port));
+  return bound;
+}
 
 struct Delivery {
   std::string key;
@@ -217,7 +227,7 @@ int main() {
   server.Get("/deliveries", [&](const httplib::Request&, httplib::Response& res) {
     res.set_content(downstream.deliveries().dump() + "\n", "application/json");
   });
-  const int bound = example::bind_loopback(server, port);
+  const int bound = bind_loopback(server, port);
   example::log("info", {{"msg", "listening"}, {"port", bound}});
   std::thread stopper([&] {
     while (!example::stop_requested) absl::SleepFor(absl::Milliseconds(50));

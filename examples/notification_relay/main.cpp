@@ -19,7 +19,6 @@
 // RELAY_DLQ_BACKOFF_MS (2000), RELAY_CREDIT_DEADLINE_MS (86400000),
 // RELAY_POLL_MS (200), IDEMLEDGER_METRICS_PORT (-1 = none; 0 = any free, logged),
 // IDEMLEDGER_PREPARED_STATEMENTS (1).
-#include <httplib.h>
 
 #include <memory>
 #include <thread>
@@ -30,7 +29,9 @@
 #include "idemledger.hpp"
 #include "idemledger/pg/pool.hpp"
 
-int main() {
+namespace {
+
+int run() {
   const std::string dsn = example::env_string("IDEMLEDGER_DSN");
   const idemledger::Schema schema = example::env_schema();
   const long max_in_flight = example::env_long("RELAY_MAX_IN_FLIGHT", 8, 1, 1024);
@@ -111,9 +112,8 @@ int main() {
                              .connection = example::env_connection_options("notification_relay")});
   example::install_stop_handlers();
 
-  const example::MetricsEndpoint metrics_endpoint(metrics_port, [&](httplib::Response& res) {
-    res.set_content(idemledger::render(registry), example::kPrometheusContentType);
-  });
+  const example::MetricsEndpoint metrics_endpoint(metrics_port,
+                                                  [&] { return idemledger::render(registry); });
 
   example::log("info", {{"msg", "relay started"},
                         {"owner", relay.owner()},
@@ -124,3 +124,7 @@ int main() {
                {{"msg", "relay stopped"}, {"in_flight", 0}, {"usage", example::resource_usage()}});
   return 0;
 }
+
+}  // namespace
+
+int main() { return example::guarded_main("notification_relay", run); }

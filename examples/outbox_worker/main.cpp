@@ -39,7 +39,9 @@
 #include "idemledger.hpp"
 #include "idemledger/pg/pool.hpp"
 
-int main() {
+namespace {
+
+int run() {
   const std::string dsn = example::env_string("IDEMLEDGER_DSN");
   const idemledger::Schema schema = example::env_schema();
   const long threads = example::env_long("IDEMLEDGER_WORKER_THREADS", 2, 1, 64);
@@ -102,9 +104,8 @@ int main() {
                              .connection = example::env_connection_options("outbox_worker")});
   example::install_stop_handlers();
 
-  const example::MetricsEndpoint metrics_endpoint(metrics_port, [&](httplib::Response& res) {
-    example::serve_metrics(res, registry, metrics, pool, schema);
-  });
+  const example::MetricsEndpoint metrics_endpoint(
+      metrics_port, [&] { return example::scrape_text(registry, metrics, pool, schema); });
   std::atomic<long> processed{0};
   example::Claimers claimers(static_cast<std::size_t>(batch), absl::Milliseconds(spare_after_ms));
 
@@ -181,3 +182,7 @@ int main() {
                         {"usage", example::resource_usage()}});
   return 0;
 }
+
+}  // namespace
+
+int main() { return example::guarded_main("outbox_worker", run); }

@@ -37,6 +37,7 @@
 #include <algorithm>
 #include <random>
 
+#include "../common/http.hpp"
 #include "../common/http_server.hpp"
 #include "../common/metrics.hpp"
 #include "../common/service.hpp"
@@ -259,19 +260,13 @@ int run() {
                       recorded_answer(reply, recorded);
                     });
   };
-  const auto admin = [&](const example::http::Request& req) -> example::http::Response {
-    if (req.method != "GET") return json_response(405, {{"error", "GET only"}});
-    if (req.target == "/healthz") {
-      absl::StatusOr<idemledger::pg::PooledConnection> conn = pool.acquire();
-      const bool up = conn.ok() && (*conn)->execute("SELECT 1").ok();
-      return json_response(up ? 200 : 503, {{"database", up ? "up" : "down"}});
-    }
-    if (req.target == "/metrics") {
-      return {.content_type = example::kPrometheusContentType,
-              .body = example::scrape_text(registry, queue_metrics, pool, schema)};
-    }
-    return json_response(404, {{"error", "not found"}});
-  };
+  const example::http::Handler admin = example::admin_handler(
+      [&] { return example::scrape_text(registry, queue_metrics, pool, schema); },
+      [&] {
+        absl::StatusOr<idemledger::pg::PooledConnection> conn = pool.acquire();
+        const bool up = conn.ok() && (*conn)->execute("SELECT 1").ok();
+        return json_response(up ? 200 : 503, {{"database", up ? "up" : "down"}});
+      });
 
   example::http::Server server("webhook", limits,
                                [&](example::http::Request req, example::http::Responder respond) {
@@ -279,7 +274,7 @@ int run() {
                                    return respond(json_response(404, {{"error", "not found"}}));
                                  webhook(std::move(req), std::move(respond));
                                });
-  example::http::Server admin_server("admin", {.max_body = 0, .max_connections = 64}, 2, admin);
+  example::http::Server admin_server("admin", example::kAdminLimits, 2, admin);
   example::install_stop_handlers();
   const int admin_bound = admin_server.start(admin_host, admin_port, 1);
   const int bound = server.start("127.0.0.1", port, static_cast<int>(io_threads));
@@ -298,15 +293,4 @@ int run() {
 
 }  // namespace
 
-// Whatever escapes (a thread or socket the system refuses) ends the process
-// with its reason logged, never an unexplained abort.
-int main() {
-  try {
-    return run();
-  } catch (const std::exception& e) {
-    example::log("error", {{"msg", "webhook_intake failed"}, {"error", e.what()}});
-  } catch (...) {
-    example::log("error", {{"msg", "webhook_intake failed"}});
-  }
-  return 1;
-}
+int main() { return example::guarded_main("webhook_intake", run); }
