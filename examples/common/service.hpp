@@ -6,6 +6,7 @@
 
 #include <sys/resource.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -124,10 +125,13 @@ inline nlohmann::json resource_usage() {
 }
 
 // Set by SIGTERM / SIGINT; service loops finish their current work and exit.
-inline volatile std::sig_atomic_t stop_requested = 0;
+// A lock-free atomic, so the handler may set it and any thread read it (a
+// volatile sig_atomic_t is only for the thread the signal interrupts).
+inline std::atomic<bool> stop_requested = false;
+static_assert(std::atomic<bool>::is_always_lock_free, "set in a signal handler");
 inline void install_stop_handlers() {
   struct sigaction sa {};
-  sa.sa_handler = [](int) { stop_requested = 1; };
+  sa.sa_handler = [](int) { stop_requested = true; };
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);

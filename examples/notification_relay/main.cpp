@@ -119,7 +119,7 @@ int run() {
                         {"owner", relay.owner()},
                         {"url", post.url()},
                         {"max_in_flight", max_in_flight}});
-  relay.run(pool.lender(), [] { return example::stop_requested != 0; });
+  relay.run(pool.lender(), [] { return example::stop_requested.load(); });
   example::log("info",
                {{"msg", "relay stopped"}, {"in_flight", 0}, {"usage", example::resource_usage()}});
   return 0;
