@@ -6,6 +6,7 @@
 // simulator's senders on one thread (run_senders) against servers that hold
 // their answers.
 #include <sys/stat.h>
+#include <unistd.h>
 
 // Boost 1.74's Asio uses std::exchange without including <utility> (C++20).
 #include <utility>
@@ -16,7 +17,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <stdexcept>
 #include <system_error>
@@ -26,6 +26,7 @@
 #include "examples/common/http_client.hpp"
 #include "gmock/gmock.h"
 #include "tests/support/loopback_server.hpp"
+#include "tests/support/raw_client.hpp"
 
 namespace example {
 namespace {
@@ -35,14 +36,7 @@ using Clock = std::chrono::steady_clock;
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 using idemledger::testing::LoopbackServer;
-
-long rss_kib() {
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-  }
-  return -1;
-}
+using idemledger::testing::rss_kib;
 
 // Reads one request's header (enough for these servers).
 void read_request(tcp::socket& s) {
@@ -104,12 +98,12 @@ TEST(OutboundClient, AHugeAnswerIsCutAtTheCapWhileItIsRead) {
     const std::string mb(1 << 20, 'x');
     for (int i = 0; i < 300 && !ec; ++i) asio::write(s, asio::buffer(mb), ec);
   });
-  const long before = rss_kib();
+  const long before = rss_kib(::getpid());
   HttpCaller caller(Url(server.url("/rpc")), std::chrono::milliseconds(5000));
   const absl::StatusOr<HttpAnswer> r = caller.post("{}", {});
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
   EXPECT_THAT(r.status().message(), HasSubstr("answer over 1048576 bytes"));
-  EXPECT_LT(rss_kib() - before, 64 * 1024) << "KiB grown reading a 300 MB answer";
+  EXPECT_LT(rss_kib(::getpid()) - before, 64 * 1024) << "KiB grown reading a 300 MB answer";
 }
 
 TEST(OutboundClient, AnAnswerWithinTheLimitsComesBackWhole) {

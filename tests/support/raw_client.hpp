@@ -116,6 +116,13 @@ inline long rss_kib(pid_t pid) {
   return -1;
 }
 
+// `request_line` with 100 small header fields: few bytes, too many fields.
+inline std::string with_many_fields(const std::string& request_line) {
+  std::string request = request_line + "\r\n";
+  for (int i = 0; i < 100; ++i) request += "X" + std::to_string(i) + ": y\r\n";
+  return request + "\r\n";
+}
+
 // Streams `request_line` and then up to 2,000,000 header lines (in blocks of
 // 1,000) to `port`, until the server stops reading; what it answered. A
 // server that reads them all fails the test.
