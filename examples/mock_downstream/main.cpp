@@ -7,8 +7,9 @@
 //   POST /control   ?mode=ok|fail|timeout &failure_percent=N &delay_ms=N
 //   GET  /stats     JSON: requests, delivered, unique, duplicates, late,
 //                   duplicates_unexplained, failed, max_concurrency (requests
-//                   being served at once; a hung one the client abandoned is
-//                   not counted), in_flight, mode, outage_marks
+//                   being served at once whose caller still waits: one past
+//                   its X-Relay-Deadline is not counted), in_flight (being
+//                   served, waited on or not), mode, outage_marks
 //   GET  /deliveries JSON: every 2xx in arrival order:
 //                   [key, dlq_retries, seq, late]
 //
@@ -32,8 +33,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <iterator>
+#include <limits>
 #include <mutex>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -75,6 +79,7 @@ class Downstream {
 
   void notify(const httplib::Request& req, httplib::Response& res) {
     const long seq = ++requests_;
+    const long deadline = deadline_of(req);
     std::string mode;
     long delay_ms = 0;
     bool unlucky = false;
@@ -84,25 +89,31 @@ class Downstream {
       delay_ms = delay_ms_;
       unlucky = failure_percent_ > 0 &&
                 std::uniform_int_distribution<long>(0, 99)(random_) < failure_percent_;
+      // The sender's bound is on the calls it waits for. A request it gave up
+      // on may still be served here (a slow machine, a hung API), and the
+      // sender is free to call again, so only requests whose deadline has not
+      // passed are counted as served at once.
+      waiting_.insert(deadline);
+      const long now = absl::ToUnixMillis(absl::Now());
+      const long waited_on = std::distance(waiting_.upper_bound(now), waiting_.end());
+      max_concurrency_ = std::max(max_concurrency_, waited_on);
     }
+    ++in_flight_;
     if (mode == "timeout") {
-      // Hung: the client gives up long before this answers, so the request
-      // is not part of anyone's concurrency any more and is not counted in it.
+      // Hung: the client gives up long before this answers.
       absl::SleepFor(absl::Milliseconds(hold_ms_));
       fail(res, 504);
-      return;
-    }
-    const long now = ++in_flight_;
-    long seen = max_concurrency_.load();
-    while (now > seen && !max_concurrency_.compare_exchange_weak(seen, now)) {
-    }
-    if (delay_ms > 0) absl::SleepFor(absl::Milliseconds(delay_ms));
-    if (mode == "fail" || unlucky) {
-      fail(res, 503);
     } else {
-      accept(req, res, seq);
+      if (delay_ms > 0) absl::SleepFor(absl::Milliseconds(delay_ms));
+      if (mode == "fail" || unlucky) {
+        fail(res, 503);
+      } else {
+        accept(req, res, seq, deadline);
+      }
     }
     --in_flight_;
+    std::lock_guard lock(mu_);
+    waiting_.erase(waiting_.find(deadline));
   }
 
   void control(const httplib::Request& req, httplib::Response& res) {
@@ -139,7 +150,7 @@ class Downstream {
             {"late", late},
             {"duplicates_unexplained", unexplained},
             {"failed", failed_},
-            {"max_concurrency", max_concurrency_.load()},
+            {"max_concurrency", max_concurrency_},
             {"in_flight", in_flight_.load()},
             {"mode", mode_},
             {"outage_marks", outage_marks_}};
@@ -153,7 +164,14 @@ class Downstream {
   }
 
  private:
-  void accept(const httplib::Request& req, httplib::Response& res, long seq) {
+  // X-Relay-Deadline (Unix ms), or never for a caller that sent none.
+  static long deadline_of(const httplib::Request& req) {
+    const std::string deadline = req.get_header_value("X-Relay-Deadline");
+    return deadline.empty() ? std::numeric_limits<long>::max()
+                            : std::strtol(deadline.c_str(), nullptr, 10);
+  }
+
+  void accept(const httplib::Request& req, httplib::Response& res, long seq, long deadline) {
     const std::string key = req.get_header_value("Idempotency-Key");
     if (key.empty()) {
       res.status = 400;
@@ -163,9 +181,7 @@ class Downstream {
     const long dlq_retries =
         std::strtol(req.get_header_value("X-Relay-Dlq-Retries").c_str(), nullptr, 10);
     // Judged as the 2xx is decided: the answer leaves right after this.
-    const std::string deadline = req.get_header_value("X-Relay-Deadline");
-    const bool late = !deadline.empty() &&
-                      absl::ToUnixMillis(absl::Now()) > std::strtoll(deadline.c_str(), nullptr, 10);
+    const bool late = absl::ToUnixMillis(absl::Now()) > deadline;
     std::lock_guard lock(mu_);
     KeyCount& count = delivered_per_key_[key];
     ++count.delivered;
@@ -185,8 +201,9 @@ class Downstream {
 
   std::atomic<long> requests_{0};
   std::atomic<long> in_flight_{0};
-  std::atomic<long> max_concurrency_{0};
   std::mutex mu_;
+  long max_concurrency_ = 0;
+  std::multiset<long> waiting_;  // the deadlines of the requests being served
   std::string mode_ = "ok";
   long delay_ms_;
   long failure_percent_;
