@@ -342,6 +342,10 @@ verdict "accounts out of balance or held (reconciliation)" "$unreconciled" 0
 verdict "outbox rows twice for one event" "$outbox_doubles" 0
 verdict "final events without their outbox row" "$outbox_missing" 0
 verdict "provider simulator's own invariants (exit code)" "$provider_status" 0
+# A sanitizer build's report goes to the process's log (TSan's, with a
+# log_path, to its own files: scripts/tsan-services.sh counts those).
+verdict "sanitizer reports in the processes' logs" \
+  "$(grep -l -E 'ERROR: (Address|Leak)Sanitizer|runtime error:|WARNING: ThreadSanitizer' "$logs"/*.log | wc -l)" 0
 row "notifications written" "$notifications"
 row "delivered (after a stay in the relay's DLQ)" "$published ($via_dlq)"
 verdict "notifications not delivered" "$unsettled" 0
