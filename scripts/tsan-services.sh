@@ -11,8 +11,8 @@
 # fences under -Werror, and the services would add minutes to a CI kept under
 # 45. Here -Wno-tsan lets them build. The tests run once, directly connected,
 # and every process's report is kept (log_path), the services' included: a
-# service's report does not fail the test that started it, so any report in
-# BUILD_DIR/tsan-reports fails this run. tests/tsan-suppressions.txt names
+# service's report fails the test that started it only where the test checks
+# the exit code, so any report in BUILD_DIR/tsan-reports fails this run. tests/tsan-suppressions.txt names
 # the one blind spot left out (the uninstrumented libcpp-httplib).
 set -euo pipefail
 cd "$(dirname "$0")/.."
