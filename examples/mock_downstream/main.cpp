@@ -98,7 +98,6 @@ class Downstream {
       const long waited_on = std::distance(waiting_.upper_bound(now), waiting_.end());
       max_concurrency_ = std::max(max_concurrency_, waited_on);
     }
-    ++in_flight_;
     if (mode == "timeout") {
       // Hung: the client gives up long before this answers.
       absl::SleepFor(absl::Milliseconds(hold_ms_));
@@ -111,7 +110,6 @@ class Downstream {
         accept(req, res, seq, deadline);
       }
     }
-    --in_flight_;
     std::lock_guard lock(mu_);
     waiting_.erase(waiting_.find(deadline));
   }
@@ -151,7 +149,7 @@ class Downstream {
             {"duplicates_unexplained", unexplained},
             {"failed", failed_},
             {"max_concurrency", max_concurrency_},
-            {"in_flight", in_flight_.load()},
+            {"in_flight", static_cast<long>(waiting_.size())},
             {"mode", mode_},
             {"outage_marks", outage_marks_}};
   }
@@ -200,10 +198,9 @@ class Downstream {
   }
 
   std::atomic<long> requests_{0};
-  std::atomic<long> in_flight_{0};
   std::mutex mu_;
   long max_concurrency_ = 0;
-  std::multiset<long> waiting_;  // the deadlines of the requests being served
+  std::multiset<long> waiting_;  // the deadline of every request being served
   std::string mode_ = "ok";
   long delay_ms_;
   long failure_percent_;
