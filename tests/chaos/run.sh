@@ -36,7 +36,9 @@
 # (the API acted on a request after the relay's deadline) or by a mark lost
 # after the API's 2xx (relay or session killed, database restarting); the
 # Idempotency-Key lets the API tell.
-# Prints the figures; exits non-zero on any violation.
+# Prints the figures; exits non-zero on any violation. A service, the mock API
+# or the provider that ends without being killed (a crash) stops the soak at
+# once, with the end of its log.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 events=${1:-10000} chaos_s=${2:-60} restarts=${3:-3} failovers=${4:-0}
@@ -82,9 +84,9 @@ mark() { date +%s.%N >>"$logs/marks_$1.tsv"; }
 
 pids=()
 declare -A worker_pid relay_pid
-intake_pid=""
+intake_pid="" provider=""
 cleanup() {
-  kill -TERM "${pids[@]}" "${worker_pid[@]}" "${relay_pid[@]}" $intake_pid 2>/dev/null || true
+  kill -TERM "${pids[@]}" "${worker_pid[@]}" "${relay_pid[@]}" $intake_pid $provider 2>/dev/null || true
   wait 2>/dev/null || true
 }
 trap cleanup EXIT
@@ -93,7 +95,7 @@ trap cleanup EXIT
 start_intake() {  # PORT LOG
   IDEMLEDGER_LISTEN_PORT=$1 IDEMLEDGER_RATE_LIMIT_RPS=100000 \
     "$bin/webhook_intake/webhook_intake" >"$2" 2>&1 &
-  intake_pid=$!
+  intake_pid=$! intake_log=$2
 }
 start_intake 0 "$logs/intake.log"
 start_worker() {
@@ -121,7 +123,8 @@ acked_not_recorded() {
 }
 
 MOCK_DELAY_MS=1 "$bin/mock_downstream/mock_downstream" >"$logs/mock.log" 2>&1 &
-pids+=($!)
+mock_pid=$!
+pids+=("$mock_pid")
 mock_port=$(logged_port "$logs/mock.log" listening)
 relay_in_flight=4
 start_relay() {
@@ -143,6 +146,39 @@ SIM_CHAOS=1 SIM_ACK_LOG="$acks" SIM_EVENTS=$events SIM_WAIT_S=600 SIM_CONCURRENC
   "$bin/provider_simulator/provider_simulator" run >"$logs/provider.log" 2>&1 &
 provider=$!
 
+# A process that ends without being killed has crashed (no service exits
+# before its SIGTERM), and the next kill would hide it behind a restart: the
+# soak stops at once, with the end of its log, instead of running on (or
+# waiting out the provider's SIM_WAIT_S) to fail later for a reason that
+# points elsewhere.
+fail_if_ended() {  # NAME PID LOG [ANY]: with ANY, an exit status 0 is a crash too
+  kill -0 "$2" 2>/dev/null && return 0
+  local status=0
+  wait "$2" 2>/dev/null || status=$?
+  ((status == 0)) && [[ -z "${4:-}" ]] && return 0
+  echo "chaos soak: VIOLATION: $1 (pid $2) ended on its own, exit status $status," \
+    "$(($(date +%s) - started)) s in; the end of $3:"
+  tail -n 40 "$3"
+  exit 1
+}
+# Every process the soak needs, checked each tick; the provider counts only
+# while the soak is not waiting for it (its end is its verdict, read below).
+fail_if_any_ended() {  # [provider]
+  fail_if_ended intake "$intake_pid" "$intake_log" any
+  local i
+  for i in "${!worker_pid[@]}"; do fail_if_ended "worker $i" "${worker_pid[$i]}" "$logs/worker$i.log" any; done
+  for i in "${!relay_pid[@]}"; do fail_if_ended "relay $i" "${relay_pid[$i]}" "$logs/relay$i.log" any; done
+  fail_if_ended mock_downstream "$mock_pid" "$logs/mock.log" any
+  [[ -z "${1:-}" ]] || fail_if_ended provider_simulator "$provider" "$logs/provider.log"
+}
+# SIGKILL NAME's PID after checking that it still ran (else it crashed).
+chaos_kill() {  # NAME PID LOG MARK
+  fail_if_ended "$1" "$2" "$3" any
+  kill -KILL "$2" 2>/dev/null || fail_if_ended "$1" "$2" "$3" any
+  wait "$2" 2>/dev/null || true
+  mark "$4"
+}
+
 kills=0 relay_kills=0 intake_kills=0 acks_checked=0 acked_missing=0 api_outages=0 conn_kills=0 db_restarts=0 lock_holds=0
 failovers_done=0 failover_seconds=()
 tick=0
@@ -150,21 +186,22 @@ chaos_end=$(($(date +%s) + chaos_s))
 while (($(date +%s) < chaos_end)); do
   sleep 0.5
   tick=$((tick + 1))
+  fail_if_any_ended provider
   if ((tick % 4 == 0)); then  # ~2 s: SIGKILL a worker mid-whatever, start a new one
     w=$((RANDOM % 4 + 1))
-    kill -KILL "${worker_pid[$w]}" 2>/dev/null && kills=$((kills + 1)) && mark worker_kill
-    wait "${worker_pid[$w]}" 2>/dev/null || true
+    chaos_kill "worker $w" "${worker_pid[$w]}" "$logs/worker$w.log" worker_kill
+    kills=$((kills + 1))
     start_worker "$w"
   fi
   if ((tick % 14 == 7)); then  # ~7 s: SIGKILL a relay, deliveries in flight, start a new one
     r=$((RANDOM % 2 + 1))
-    kill -KILL "${relay_pid[$r]}" 2>/dev/null && relay_kills=$((relay_kills + 1)) && mark relay_kill
-    wait "${relay_pid[$r]}" 2>/dev/null || true
+    chaos_kill "relay $r" "${relay_pid[$r]}" "$logs/relay$r.log" relay_kill
+    relay_kills=$((relay_kills + 1))
     start_relay "$r"
   fi
   if ((tick % 20 == 13)); then  # ~10 s: SIGKILL intake; what it acknowledged must be there
-    kill -KILL "$intake_pid" 2>/dev/null && intake_kills=$((intake_kills + 1)) && mark intake_kill
-    wait "$intake_pid" 2>/dev/null || true
+    chaos_kill intake "$intake_pid" "$intake_log" intake_kill
+    intake_kills=$((intake_kills + 1))
     cp "$acks" "$logs/acked_at_kill.txt"
     if n=$(acked_not_recorded "$logs/acked_at_kill.txt" 2>>"$logs/ack_check.log"); then
       acked_missing=$((acked_missing + n))
@@ -209,6 +246,12 @@ while (($(date +%s) < chaos_end)); do
 done
 echo "chaos: stopped after ${chaos_s}s ($kills worker kills, $relay_kills relay kills, $intake_kills intake kills, $api_outages API outages, $conn_kills connection kills, $db_restarts restarts, $failovers_done failovers, $lock_holds lock holds); waiting for the provider"
 
+# The provider ends once every event is final (or after SIM_WAIT_S); the
+# services it waits for are still watched meanwhile.
+while kill -0 "$provider" 2>/dev/null; do
+  fail_if_any_ended
+  sleep 0.5
+done
 set +e
 wait "$provider"
 provider_status=$?
@@ -221,6 +264,7 @@ unsettled_sql="SELECT (SELECT count(*) FROM $schema.outbox WHERE published_at IS
    + (SELECT count(*) FROM $schema.relay_dead_letters WHERE resolution IS NULL)"
 for _ in $(seq 1 600); do
   [[ $(sql "$unsettled_sql" | tr -d ' ') == 0 ]] && break
+  fail_if_any_ended
   sleep 0.2
 done
 
