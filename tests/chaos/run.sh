@@ -36,6 +36,8 @@
 # (the API acted on a request after the relay's deadline) or by a mark lost
 # after the API's 2xx (relay or session killed, database restarting); the
 # Idempotency-Key lets the API tell.
+# Then it stops every process with SIGTERM: each must exit 0 within 30 s (a
+# sanitizer build's LeakSanitizer report at exit fails it too).
 # Prints the figures; exits non-zero on any violation. A service, the mock API
 # or the provider that ends without being killed (a crash) stops the soak at
 # once, with the end of its log.
@@ -335,6 +337,31 @@ via_dlq=$(q "SELECT count(*) FROM $schema.relay_dead_letters WHERE resolution = 
 dropped=$(q "SELECT count(*) FROM $schema.relay_dead_letters WHERE resolution = 'dropped'")
 quarantined=$(q "SELECT count(*) FROM $schema.relay_quarantine")
 mock_stats=$(mock_http GET /stats)
+# Then every process the soak still runs is stopped as an operator stops it,
+# all at once: SIGTERM. Each must exit 0 within 30 s. A crash or a hang on the
+# way out is a violation, and so is a sanitizer's report at exit (LeakSanitizer
+# runs then; its report goes to the log, counted below).
+fail_if_any_ended
+unclean_stops=()
+stop_all_cleanly() {
+  local -A procs=([intake]=$intake_pid [mock_downstream]=$mock_pid)
+  local name status deadline=$(($(date +%s) + 30))
+  for name in "${!worker_pid[@]}"; do procs["worker $name"]=${worker_pid[$name]}; done
+  for name in "${!relay_pid[@]}"; do procs["relay $name"]=${relay_pid[$name]}; done
+  kill -TERM "${procs[@]}"
+  for name in "${!procs[@]}"; do
+    while kill -0 "${procs[$name]}" 2>/dev/null && (($(date +%s) < deadline)); do sleep 0.1; done
+    if kill -KILL "${procs[$name]}" 2>/dev/null; then
+      wait "${procs[$name]}" 2>/dev/null || true
+      unclean_stops+=("$name: still running 30 s after SIGTERM, SIGKILLed")
+      continue
+    fi
+    status=0
+    wait "${procs[$name]}" 2>/dev/null || status=$?
+    ((status == 0)) || unclean_stops+=("$name: exit status $status")
+  done
+}
+stop_all_cleanly
 mock_stat() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p" <<<"$mock_stats"; }
 received=$(mock_stat unique) received_twice=$(mock_stat duplicates)
 received_late=$(mock_stat late) twice_not_late=$(mock_stat duplicates_unexplained)
@@ -388,6 +415,8 @@ verdict "final events without their outbox row" "$outbox_missing" 0
 verdict "provider simulator's own invariants (exit code)" "$provider_status" 0
 # A sanitizer build's report goes to the process's log (TSan's, with a
 # log_path, to its own files: scripts/tsan-services.sh counts those).
+verdict "processes not stopped cleanly by SIGTERM (exit 0 in 30 s)" "${#unclean_stops[@]}" 0
+for u in "${unclean_stops[@]}"; do row "  ... ${u%%: *}" "${u#*: }"; done
 verdict "sanitizer reports in the processes' logs" \
   "$(grep -l -E 'ERROR: (Address|Leak)Sanitizer|runtime error:|WARNING: ThreadSanitizer' "$logs"/*.log | wc -l)" 0
 row "notifications written" "$notifications"
