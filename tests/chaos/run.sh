@@ -74,8 +74,9 @@ pg_start() {
 }
 
 export IDEMLEDGER_SCHEMA=$schema
-export IDEMLEDGER_WEBHOOK_SECRET=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
-export IDEMLEDGER_DLQ_SPOOL_KEY=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
+IDEMLEDGER_WEBHOOK_SECRET=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
+IDEMLEDGER_DLQ_SPOOL_KEY=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
+export IDEMLEDGER_WEBHOOK_SECRET IDEMLEDGER_DLQ_SPOOL_KEY
 export IDEMLEDGER_DSN="$IDEMLEDGER_TEST_DSN"
 started=$(date +%s)
 # What was done when, for the timeline chart: one file per kind, one time a line.
@@ -449,6 +450,7 @@ if ((failovers > 0)); then
   verdict "  ... read on a standby (its replay lag, ms)" \
     "$(grep -c '^read on a standby' <<<"$on_standby") ($(sed -n 's/^read on a standby, replay lag \([0-9]*\) ms.*/\1/p' <<<"$on_standby"))" \
     "1 ($(sed -n 's/^read on a standby, replay lag \([0-9]*\) ms.*/\1/p' <<<"$on_standby"))"
+  # shellcheck disable=SC2153  # exported by scripts/with-cluster.sh
   primary_liabilities=$("${admin[@]}" --dsn "$IDEMLEDGER_CLUSTER_DSN" liabilities)
   standby_liabilities=$("${admin[@]}" --dsn "$IDEMLEDGER_CLUSTER_STANDBY_DSN" liabilities | grep -v '^read on a standby')
   verdict "liabilities per asset, standby vs primary" \
