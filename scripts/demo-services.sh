@@ -26,6 +26,7 @@ trap stop_services EXIT
 
 IDEMLEDGER_LISTEN_PORT=0 IDEMLEDGER_RATE_LIMIT_RPS=100000 "$bin/webhook_intake/webhook_intake" >"$logs/intake.log" 2>&1 &
 pids+=($!)
+services=(webhook_intake $!)  # NAME PID pairs, stopped and checked at the end
 # Each worker with its default threads (one claiming, one spare; the caller's
 # IDEMLEDGER_WORKER_THREADS and IDEMLEDGER_SPARE_AFTER_MS override them, as
 # bench/run_load.sh does).
@@ -34,6 +35,7 @@ for w in 1 2; do
     IDEMLEDGER_METRICS_PORT=0 IDEMLEDGER_WRITE_NOTIFICATIONS=$((relays > 0)) \
     "$bin/outbox_worker/outbox_worker" >"$logs/worker$w.log" 2>&1 &
   pids+=($!)
+  services+=("outbox_worker $w" $!)
 done
 # shellcheck source=scripts/loopback.sh
 source scripts/loopback.sh
@@ -46,6 +48,7 @@ if ((relays > 0)); then
   # through the relay replicas.
   MOCK_DELAY_MS=2 "$bin/mock_downstream/mock_downstream" >"$logs/mock.log" 2>&1 &
   pids+=($!)
+  services+=(mock_downstream $!)
   mock_port=$(logged_port "$logs/mock.log" listening)
   relay_in_flight=8
   for r in $(seq "$relays"); do
@@ -53,6 +56,7 @@ if ((relays > 0)); then
       RELAY_TIMEOUT_MS=500 RELAY_ATTEMPTS=2 RELAY_MARKER_TTL_MS=2000 RELAY_DLQ_BACKOFF_MS=500 \
       "$bin/notification_relay/notification_relay" >"$logs/relay$r.log" 2>&1 &
     pids+=($!)
+    services+=("notification_relay $r" $!)
   done
   mock_control() { loopback_http POST "$mock_port" "/control?mode=$1" >/dev/null; }
   # The outage in the middle of the run: the API hangs for 3 s, then fails for 3 s.
@@ -134,3 +138,13 @@ for f in intake worker1 worker2; do
   fi
 done
 echo "promtool check metrics: webhook_intake's and both workers' /metrics are clean"
+
+# The services stop as an operator stops them, SIGTERM: each must exit 0
+# within 30 s. A crash or a hang on the way out fails the demo.
+stop_cleanly "${services[@]}"
+if ((${#stop_failures[@]} > 0)); then
+  echo "demo: services not stopped cleanly by SIGTERM:" >&2
+  printf '  %s\n' "${stop_failures[@]}" >&2
+  exit 1
+fi
+echo "every service stopped cleanly on SIGTERM (exit 0): $((${#services[@]} / 2)) processes"

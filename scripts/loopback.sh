@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the scripts that start the example services on loopback.
 #
 # logged_port LOG WHAT: the port a service logged in its
@@ -21,4 +22,28 @@ loopback_http() {
   printf '%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n' "$1" "$3" >&"$fd"
   sed '1,/^\r$/d' <&"$fd"
   exec {fd}<&-
+}
+
+# stop_cleanly NAME PID [NAME PID ...]: stops the services as an operator
+# does, SIGTERM to all at once; each must exit 0 within 30 s. Sets
+# stop_failures to one line per service that did not: "NAME: exit status N",
+# or "NAME: still running 30 s after SIGTERM, SIGKILLed". Call it in the shell
+# that started them (not in $(...)): only that shell can read their status.
+stop_cleanly() {
+  local -a names=() ids=()
+  while (($# >= 2)); do names+=("$1") ids+=("$2"); shift 2; done
+  stop_failures=()
+  kill -TERM "${ids[@]}" 2>/dev/null || true
+  local i status deadline=$(($(date +%s) + 30))
+  for i in "${!ids[@]}"; do
+    while kill -0 "${ids[$i]}" 2>/dev/null && (($(date +%s) < deadline)); do sleep 0.1; done
+    if kill -KILL "${ids[$i]}" 2>/dev/null; then
+      wait "${ids[$i]}" 2>/dev/null || true
+      stop_failures+=("${names[$i]}: still running 30 s after SIGTERM, SIGKILLed")
+      continue
+    fi
+    status=0
+    wait "${ids[$i]}" 2>/dev/null || status=$?
+    ((status == 0)) || stop_failures+=("${names[$i]}: exit status $status")
+  done
 }

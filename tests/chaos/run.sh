@@ -343,26 +343,10 @@ mock_stats=$(mock_http GET /stats)
 # way out is a violation, and so is a sanitizer's report at exit (LeakSanitizer
 # runs then; its report goes to the log, counted below).
 fail_if_any_ended
-unclean_stops=()
-stop_all_cleanly() {
-  local -A procs=([intake]=$intake_pid [mock_downstream]=$mock_pid)
-  local name status deadline=$(($(date +%s) + 30))
-  for name in "${!worker_pid[@]}"; do procs["worker $name"]=${worker_pid[$name]}; done
-  for name in "${!relay_pid[@]}"; do procs["relay $name"]=${relay_pid[$name]}; done
-  kill -TERM "${procs[@]}"
-  for name in "${!procs[@]}"; do
-    while kill -0 "${procs[$name]}" 2>/dev/null && (($(date +%s) < deadline)); do sleep 0.1; done
-    if kill -KILL "${procs[$name]}" 2>/dev/null; then
-      wait "${procs[$name]}" 2>/dev/null || true
-      unclean_stops+=("$name: still running 30 s after SIGTERM, SIGKILLed")
-      continue
-    fi
-    status=0
-    wait "${procs[$name]}" 2>/dev/null || status=$?
-    ((status == 0)) || unclean_stops+=("$name: exit status $status")
-  done
-}
-stop_all_cleanly
+stopping=(intake "$intake_pid" mock_downstream "$mock_pid")
+for i in "${!worker_pid[@]}"; do stopping+=("worker $i" "${worker_pid[$i]}"); done
+for i in "${!relay_pid[@]}"; do stopping+=("relay $i" "${relay_pid[$i]}"); done
+stop_cleanly "${stopping[@]}"
 mock_stat() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p" <<<"$mock_stats"; }
 received=$(mock_stat unique) received_twice=$(mock_stat duplicates)
 received_late=$(mock_stat late) twice_not_late=$(mock_stat duplicates_unexplained)
@@ -414,10 +398,10 @@ verdict "accounts out of balance or held (reconciliation)" "$unreconciled" 0
 verdict "outbox rows twice for one event" "$outbox_doubles" 0
 verdict "final events without their outbox row" "$outbox_missing" 0
 verdict "provider simulator's own invariants (exit code)" "$provider_status" 0
+verdict "processes not stopped cleanly by SIGTERM (exit 0 in 30 s)" "${#stop_failures[@]}" 0
+for u in "${stop_failures[@]}"; do row "  ... ${u%%: *}" "${u#*: }"; done
 # A sanitizer build's report goes to the process's log (TSan's, with a
 # log_path, to its own files: scripts/tsan-services.sh counts those).
-verdict "processes not stopped cleanly by SIGTERM (exit 0 in 30 s)" "${#unclean_stops[@]}" 0
-for u in "${unclean_stops[@]}"; do row "  ... ${u%%: *}" "${u#*: }"; done
 verdict "sanitizer reports in the processes' logs" \
   "$(grep -l -E 'ERROR: (Address|Leak)Sanitizer|runtime error:|WARNING: ThreadSanitizer' "$logs"/*.log | wc -l)" 0
 row "notifications written" "$notifications"
