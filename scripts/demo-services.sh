@@ -17,15 +17,15 @@ IDEMLEDGER_DLQ_SPOOL_KEY=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
 export IDEMLEDGER_WEBHOOK_SECRET IDEMLEDGER_TIMESTAMP_TOLERANCE_S=300 IDEMLEDGER_DLQ_SPOOL_KEY
 "$bin/provider_simulator/provider_simulator" setup
 
-pids=()
+# Whatever happens, nothing this script started outlives it.
 stop_services() {
-  kill -TERM "${pids[@]}" 2>/dev/null || true
-  wait "${pids[@]}" 2>/dev/null || true
+  # shellcheck disable=SC2046  # one process id a word
+  kill -TERM $(jobs -p) 2>/dev/null || true
+  wait 2>/dev/null || true
 }
 trap stop_services EXIT
 
 IDEMLEDGER_LISTEN_PORT=0 IDEMLEDGER_RATE_LIMIT_RPS=100000 "$bin/webhook_intake/webhook_intake" >"$logs/intake.log" 2>&1 &
-pids+=($!)
 services=(webhook_intake $!)  # NAME PID pairs, stopped and checked at the end
 # Each worker with its default threads (one claiming, one spare; the caller's
 # IDEMLEDGER_WORKER_THREADS and IDEMLEDGER_SPARE_AFTER_MS override them, as
@@ -34,7 +34,6 @@ for w in 1 2; do
   IDEMLEDGER_RETRY_BASE_MS=50 IDEMLEDGER_DLQ_SPOOL="$logs/worker$w.spool" \
     IDEMLEDGER_METRICS_PORT=0 IDEMLEDGER_WRITE_NOTIFICATIONS=$((relays > 0)) \
     "$bin/outbox_worker/outbox_worker" >"$logs/worker$w.log" 2>&1 &
-  pids+=($!)
   services+=("outbox_worker $w" $!)
 done
 # shellcheck source=scripts/loopback.sh
@@ -47,7 +46,6 @@ if ((relays > 0)); then
   # The notifications those workers write go to an external API (the mock),
   # through the relay replicas.
   MOCK_DELAY_MS=2 "$bin/mock_downstream/mock_downstream" >"$logs/mock.log" 2>&1 &
-  pids+=($!)
   services+=(mock_downstream $!)
   mock_port=$(logged_port "$logs/mock.log" listening)
   relay_in_flight=8
@@ -55,7 +53,6 @@ if ((relays > 0)); then
     RELAY_URL="http://127.0.0.1:$mock_port/notify" RELAY_MAX_IN_FLIGHT=$relay_in_flight \
       RELAY_TIMEOUT_MS=500 RELAY_ATTEMPTS=2 RELAY_MARKER_TTL_MS=2000 RELAY_DLQ_BACKOFF_MS=500 \
       "$bin/notification_relay/notification_relay" >"$logs/relay$r.log" 2>&1 &
-    pids+=($!)
     services+=("notification_relay $r" $!)
   done
   mock_control() { loopback_http POST "$mock_port" "/control?mode=$1" >/dev/null; }
@@ -74,7 +71,6 @@ if [[ -n "${DEMO_MACHINE_STAT:-}" ]]; then
     echo "$(head -n 1 /proc/stat) $(date +%s.%N)"
     sleep 0.2
   done >"$DEMO_MACHINE_STAT" &
-  pids+=($!)
 fi
 IDEMLEDGER_INTAKE_PORT=$port "$bin/provider_simulator/provider_simulator" run
 # DEMO_SESSION_CPU=FILE (bench/run_load.sh): the server's CPU so far in each
@@ -97,7 +93,7 @@ if [[ -n "${DEMO_SESSION_CPU:-}" ]]; then
     psql "$IDEMLEDGER_DSN" -X -q -t -A -F ' ' -c "SELECT pid, application_name FROM pg_stat_activity
         WHERE application_name IN ('webhook_intake', 'outbox_worker', 'notification_relay')" |
       while read -r pid name; do cpu_and_wait "$name" "$pid"; done
-    cpu_and_wait process:webhook_intake "${pids[0]}"
+    cpu_and_wait process:webhook_intake "${services[1]}"
   } | awk -v hz="$hz" '{t[$1] += $2; w[$1] = (w[$1] < 0 || $3 < 0) ? -1 : w[$1] + $3}
       END {for (n in t) printf "%s %d %d\n", n, t[n] * 1000 / hz, w[n] < 0 ? -1 : w[n] / 1e6}' \
     >"$DEMO_SESSION_CPU"

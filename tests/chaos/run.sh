@@ -85,14 +85,23 @@ for m in "${marks[@]}"; do : >"$logs/marks_$m.tsv"; done
 mark() { date +%s.%N >>"$logs/marks_$1.tsv"; }
 "$bin/provider_simulator/provider_simulator" setup >/dev/null
 
-pids=()
 declare -A worker_pid relay_pid
-intake_pid="" provider=""
+intake_pid=""
+# Whatever happens, nothing this script started outlives it.
 cleanup() {
-  kill -TERM "${pids[@]}" "${worker_pid[@]}" "${relay_pid[@]}" $intake_pid $provider 2>/dev/null || true
+  # shellcheck disable=SC2046  # one process id a word
+  kill -TERM $(jobs -p) 2>/dev/null || true
   wait 2>/dev/null || true
 }
 trap cleanup EXIT
+# The processes the soak keeps running, as NAME PID LOG triples in `running`:
+# what it watches for crashes and stops at the end.
+list_running() {
+  running=(intake "$intake_pid" "$intake_log" mock_downstream "$mock_pid" "$logs/mock.log")
+  local i
+  for i in "${!worker_pid[@]}"; do running+=("worker $i" "${worker_pid[$i]}" "$logs/worker$i.log"); done
+  for i in "${!relay_pid[@]}"; do running+=("relay $i" "${relay_pid[$i]}" "$logs/relay$i.log"); done
+}
 
 # Intake group-commits (its default): a kill lands on batches in flight.
 start_intake() {  # PORT LOG
@@ -127,7 +136,6 @@ acked_not_recorded() {
 
 MOCK_DELAY_MS=1 "$bin/mock_downstream/mock_downstream" >"$logs/mock.log" 2>&1 &
 mock_pid=$!
-pids+=("$mock_pid")
 mock_port=$(logged_port "$logs/mock.log" listening)
 relay_in_flight=4
 start_relay() {
@@ -167,11 +175,11 @@ fail_if_ended() {  # NAME PID LOG [ANY]: with ANY, an exit status 0 is a crash t
 # Every process the soak needs, checked each tick; the provider counts only
 # while the soak is not waiting for it (its end is its verdict, read below).
 fail_if_any_ended() {  # [provider]
-  fail_if_ended intake "$intake_pid" "$intake_log" any
+  list_running
   local i
-  for i in "${!worker_pid[@]}"; do fail_if_ended "worker $i" "${worker_pid[$i]}" "$logs/worker$i.log" any; done
-  for i in "${!relay_pid[@]}"; do fail_if_ended "relay $i" "${relay_pid[$i]}" "$logs/relay$i.log" any; done
-  fail_if_ended mock_downstream "$mock_pid" "$logs/mock.log" any
+  for ((i = 0; i < ${#running[@]}; i += 3)); do
+    fail_if_ended "${running[i]}" "${running[i + 1]}" "${running[i + 2]}" any
+  done
   [[ -z "${1:-}" ]] || fail_if_ended provider_simulator "$provider" "$logs/provider.log"
 }
 # SIGKILL NAME's PID after checking that it still ran (else it crashed).
@@ -343,9 +351,9 @@ mock_stats=$(mock_http GET /stats)
 # way out is a violation, and so is a sanitizer's report at exit (LeakSanitizer
 # runs then; its report goes to the log, counted below).
 fail_if_any_ended
-stopping=(intake "$intake_pid" mock_downstream "$mock_pid")
-for i in "${!worker_pid[@]}"; do stopping+=("worker $i" "${worker_pid[$i]}"); done
-for i in "${!relay_pid[@]}"; do stopping+=("relay $i" "${relay_pid[$i]}"); done
+list_running
+stopping=()
+for ((i = 0; i < ${#running[@]}; i += 3)); do stopping+=("${running[i]}" "${running[i + 1]}"); done
 stop_cleanly "${stopping[@]}"
 mock_stat() { sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p" <<<"$mock_stats"; }
 received=$(mock_stat unique) received_twice=$(mock_stat duplicates)
