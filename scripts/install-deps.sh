@@ -6,7 +6,7 @@ packages=(cmake ninja-build g++ pkg-config git
   libpq-dev libabsl-dev libfmt-dev libboost-dev libssl-dev nlohmann-json3-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev libyaml-cpp-dev
   postgresql-15 postgresql-client-15 pgbouncer postgresql-15-auto-failover
-  openssl systemd man-db prometheus "$@")
+  openssl systemd man-db prometheus iproute2 "$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -5,6 +5,7 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -77,6 +78,45 @@ absl::Status connection_lost(std::string_view what, const char* libpq_message, b
   if (in_doubt) mark_commit_in_doubt(s);
   return s;
 }
+
+// ConnectionOptions' connect_timeout and network_timeout as libpq settings,
+// in whole seconds (tcp_user_timeout in milliseconds); a zero bound sets
+// nothing, and PGCONNECT_TIMEOUT in the environment keeps its say.
+class NetworkSettings {
+ public:
+  explicit NetworkSettings(const ConnectionOptions& options) {
+    const char* from_env = std::getenv("PGCONNECT_TIMEOUT");
+    if (options.connect_timeout > absl::ZeroDuration() &&
+        (from_env == nullptr || *from_env == '\0')) {
+      connect_timeout_ = std::to_string(whole_seconds(options.connect_timeout));
+    }
+    if (options.network_timeout > absl::ZeroDuration()) {
+      const std::int64_t s = whole_seconds(options.network_timeout);
+      keepalives_idle_ = std::to_string(std::max<std::int64_t>(1, s / 2));
+      keepalives_interval_ = std::to_string(std::max<std::int64_t>(1, s / 6));
+      tcp_user_timeout_ = std::to_string(absl::ToInt64Milliseconds(options.network_timeout));
+    }
+  }
+  template <class List>
+  void append_to(List& keywords, List& values) const {
+    if (!connect_timeout_.empty()) {
+      keywords.push_back("connect_timeout");
+      values.push_back(connect_timeout_.c_str());
+    }
+    if (tcp_user_timeout_.empty()) return;
+    keywords.insert(keywords.end(), {"keepalives", "keepalives_idle", "keepalives_interval",
+                                     "keepalives_count", "tcp_user_timeout"});
+    values.insert(values.end(), {"1", keepalives_idle_.c_str(), keepalives_interval_.c_str(), "3",
+                                 tcp_user_timeout_.c_str()});
+  }
+
+ private:
+  // Rounded up: a bound of 1.5 s waits 2, never 1.
+  static std::int64_t whole_seconds(absl::Duration d) {
+    return absl::ToInt64Seconds(absl::Ceil(d, absl::Seconds(1)));
+  }
+  std::string connect_timeout_, keepalives_idle_, keepalives_interval_, tcp_user_timeout_;
+};
 
 }  // namespace
 
@@ -181,14 +221,30 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::open(std::string_view ds
                     kMaxApplicationName, name.size()));
   }
 
+  // An hour is far above any bound that helps, and within what libpq and
+  // Linux take (keepalive idle at most 32,767 s; tcp_user_timeout an int of
+  // milliseconds).
+  for (const absl::Duration bound : {options.connect_timeout, options.network_timeout}) {
+    if (bound < absl::ZeroDuration() || bound > absl::Hours(1)) {
+      return absl::InvalidArgumentError(fmt::format(
+          "connect_timeout and network_timeout must be between 0 (no bound) and 1h, got {}",
+          absl::FormatDuration(bound)));
+    }
+  }
+
   auto impl = std::make_unique<Impl>();
   impl->options = std::move(options);
-  // The DSN is expanded as `dbname` (a conninfo string or URI); a name in it
-  // wins over the fallback.
+  const NetworkSettings network(impl->options);
+  // The DSN is expanded as `dbname` (a conninfo string or URI): what it sets
+  // wins over the bounds before it, and its application_name over the
+  // fallback after it.
   const std::string& name = impl->options.application_name;
-  const char* const keywords[] = {"dbname", "fallback_application_name", nullptr};
-  const char* const values[] = {conninfo.c_str(), name.empty() ? nullptr : name.c_str(), nullptr};
-  impl->conn.reset(PQconnectdbParams(keywords, values, /*expand_dbname=*/1));
+  absl::InlinedVector<const char*, 9> keywords;
+  absl::InlinedVector<const char*, 9> values;
+  network.append_to(keywords, values);
+  keywords.insert(keywords.end(), {"dbname", "fallback_application_name", nullptr});
+  values.insert(values.end(), {conninfo.c_str(), name.empty() ? nullptr : name.c_str(), nullptr});
+  impl->conn.reset(PQconnectdbParams(keywords.data(), values.data(), /*expand_dbname=*/1));
   if (impl->conn == nullptr)
     return absl::ResourceExhaustedError("libpq could not allocate a connection");
   // Server NOTICEs ("schema ... does not exist, skipping") are not the host's

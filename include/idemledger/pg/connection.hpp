@@ -23,6 +23,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "idemledger/core/connection.hpp"
 
 namespace idemledger::pg {
@@ -37,6 +38,26 @@ struct ConnectionOptions {
   // it would cut a longer name and turn other bytes into '?'); anything else
   // is refused by open() with kInvalidArgument. Empty: none.
   std::string application_name;
+  // How long connecting may take before open() gives up with kUnavailable:
+  // libpq's connect_timeout, in whole seconds (libpq counts anything under 2
+  // as 2), for each host of a multi-host DSN in turn. Without it a server
+  // whose network drops packets holds open() for the system's SYN retries
+  // (about two minutes). Zero: no bound of ours. The DSN's own
+  // connect_timeout, or PGCONNECT_TIMEOUT in the environment, wins. open()
+  // refuses a bound below zero or above 1h with kInvalidArgument (as it
+  // does network_timeout's).
+  absl::Duration connect_timeout = absl::Seconds(5);
+  // How long the network to the server may stay silent before the session is
+  // declared dead: data sent and not acknowledged for that long (libpq's
+  // tcp_user_timeout), or an idle session whose keepalive probes (after half
+  // of it) go unanswered. The call in flight then fails kUnavailable and the
+  // connection is broken (a COMMIT in flight is in doubt). Without it a
+  // session on a dead network waits for the system's retransmissions: about
+  // 15 minutes. It never ends a slow statement: the server's machine answers
+  // the probes however long a statement runs (statement_timeout bounds
+  // those). TCP only: a unix socket has no network. Zero: the system's
+  // defaults. The DSN's own keepalives* and tcp_user_timeout win.
+  absl::Duration network_timeout = absl::Seconds(10);
 };
 
 class Connection final : public idemledger::Connection {
