@@ -3,7 +3,7 @@
 # gnuplot -e "dir='build/chaos-logs'; t0=1700000000; out='soak.svg'" soak.gp
 # dir holds: recorded.tsv, confirmed.tsv ("epoch count" per second) and
 # marks_<kind>.tsv ("epoch" per line) for kind in worker_kill relay_kill
-# intake_kill api_outage db_restart db_crash db_failover (tests/chaos/run.sh
+# intake_kill api_outage db_restart db_crash db_failover db_partition (tests/chaos/run.sh
 # writes them; a kind that did not happen is an empty file).
 set terminal svg size 900,460 dynamic noenhanced font "sans,12" background rgb "white"
 set output out
@@ -25,4 +25,5 @@ plot dir."/recorded.tsv" using ($1 - t0):2 lw 2 lc rgb "#999999" title "recorded
      dir."/marks_api_outage.tsv" using ($1 - t0):(0):(3):(0) with vectors nohead lw 6 lc rgb "#9467bd" title "downstream API 503 for 3 s", \
      dir."/marks_db_restart.tsv" using ($1 - t0):(0):(0):(top) with vectors nohead lw 2 dt 2 lc rgb "#2ca02c" title "database restart", \
      dir."/marks_db_crash.tsv" using ($1 - t0):(0):(0):(top) with vectors nohead lw 2 dt 2 lc rgb "#d62728" title "database crash (stop -m immediate)", \
-     dir."/marks_db_failover.tsv" using ($1 - t0):(0):(0):(top) with vectors nohead lw 3 dt 3 lc rgb "#e377c2" title "failover (primary SIGKILLed)"
+     dir."/marks_db_failover.tsv" using ($1 - t0):(0):(0):(top) with vectors nohead lw 3 dt 3 lc rgb "#e377c2" title "failover (primary SIGKILLed)", \
+     dir."/marks_db_partition.tsv" using ($1 - t0):(0):(12):(0) with vectors nohead lw 6 lc rgb "#17becf" title "database cut off for 12 s"

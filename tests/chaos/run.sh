@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/chaos/run.sh [EVENTS=10000] [CHAOS_SECONDS=60] [RESTARTS=3] [FAILOVERS=0]
+# tests/chaos/run.sh [EVENTS=10000] [CHAOS_SECONDS=60] [RESTARTS=3] [FAILOVERS=0] [PARTITIONS=0]
 #
 # The soak: on a private PostgreSQL (fsync and synchronous commit ON — a crash
 # must not lose an acknowledged commit), webhook_intake + 4 outbox_worker
@@ -26,6 +26,13 @@
 # old primary rejoins as the standby (pg_rewind), and the next failover waits
 # until it has. Each failover's seconds without writes (a client's view) are
 # printed.
+# With PARTITIONS > 0 (a single server) it runs in a network namespace of its
+# own (root, as in CI), the services reach the database over TCP on an address
+# of that namespace's loopback, and PARTITIONS times the address goes away for
+# 12 s: every packet to the database is dropped, no reset, as when its
+# machine's network splits off. Sessions in flight must notice within their
+# network bound (the libpq adapter's 10 s), and everything must recover once
+# the address is back.
 # Then it waits until every event is terminal and checks with its own SQL:
 # no double credit, no lost event, no negative balance, every account
 # reconciles (balance and held), every asset sums to zero, every hold ended
@@ -43,12 +50,21 @@
 # once, with the end of its log.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-events=${1:-10000} chaos_s=${2:-60} restarts=${3:-3} failovers=${4:-0}
+events=${1:-10000} chaos_s=${2:-60} restarts=${3:-3} failovers=${4:-0} partitions=${5:-0}
 
 # IDEMLEDGER_BUILD_DIR: a tree already built (ctest's failover.* test);
 # otherwise build/ is built first.
 build=${IDEMLEDGER_BUILD_DIR:-build}
-if ((failovers > 0)) && [[ -z "${IDEMLEDGER_CLUSTER_DIR:-}" ]]; then
+db_host=10.77.0.1  # with PARTITIONS: the database's address, on the namespace's loopback
+if ((partitions > 0)) && [[ -z "${IDEMLEDGER_SOAK_NETNS:-}" ]]; then
+  ((failovers == 0)) || { echo "chaos soak: PARTITIONS need FAILOVERS=0" >&2; exit 2; }
+  [[ -n "${IDEMLEDGER_BUILD_DIR:-}" ]] || bash scripts/build.sh build >/dev/null
+  export IDEMLEDGER_BUILD_DIR=$build IDEMLEDGER_SOAK_NETNS=1
+  export IDEMLEDGER_PG_OPTS="${IDEMLEDGER_PG_OPTS:-} -c listen_addresses=127.0.0.1,$db_host"
+  # shellcheck disable=SC2016  # expanded by the inner bash, inside the namespace
+  exec unshare --net -- bash -c 'ip link set lo up && ip addr add "$1/32" dev lo && shift && exec "$@"' \
+    _ "$db_host" bash scripts/with-postgres.sh "$build/chaos-pg" bash "$0" "$events" "$chaos_s" "$restarts" 0 "$partitions"
+elif ((failovers > 0)) && [[ -z "${IDEMLEDGER_CLUSTER_DIR:-}" ]]; then
   [[ -n "${IDEMLEDGER_BUILD_DIR:-}" ]] || bash scripts/build.sh build >/dev/null
   exec bash scripts/with-cluster.sh "$build/chaos-cluster" bash "$0" "$events" "$chaos_s" 0 "$failovers"
 elif ((failovers == 0)) && [[ -z "${IDEMLEDGER_PG_PORT:-}" ]]; then
@@ -77,10 +93,18 @@ export IDEMLEDGER_SCHEMA=$schema
 IDEMLEDGER_WEBHOOK_SECRET=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
 IDEMLEDGER_DLQ_SPOOL_KEY=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
 export IDEMLEDGER_WEBHOOK_SECRET IDEMLEDGER_DLQ_SPOOL_KEY
-export IDEMLEDGER_DSN="$IDEMLEDGER_TEST_DSN"
+export IDEMLEDGER_DSN="$IDEMLEDGER_TEST_DSN"  # the provider's and the checks' (a unix socket)
+# The services' sessions: over TCP to an address that can go away, with PARTITIONS.
+service_dsn=$IDEMLEDGER_TEST_DSN
+if ((partitions > 0)); then
+  echo "host all all $db_host/32 trust" >>"$IDEMLEDGER_PG_DATA/pg_hba.conf"
+  "${as_owner[@]}" "$IDEMLEDGER_PG_BIN/pg_ctl" -D "$IDEMLEDGER_PG_DATA" reload >/dev/null
+  service_dsn="host=$db_host port=$IDEMLEDGER_PG_PORT dbname=postgres user=postgres"
+  for _ in $(seq 1 50); do psql -X -q -d "$service_dsn" -c "SELECT 1" >/dev/null 2>&1 && break; sleep 0.2; done
+fi
 started=$(date +%s)
 # What was done when, for the timeline chart: one file per kind, one time a line.
-marks=(worker_kill relay_kill intake_kill api_outage db_restart db_crash db_failover)
+marks=(worker_kill relay_kill intake_kill api_outage db_restart db_crash db_failover db_partition)
 for m in "${marks[@]}"; do : >"$logs/marks_$m.tsv"; done
 mark() { date +%s.%N >>"$logs/marks_$1.tsv"; }
 "$bin/provider_simulator/provider_simulator" setup >/dev/null
@@ -105,13 +129,13 @@ list_running() {
 
 # Intake group-commits (its default): a kill lands on batches in flight.
 start_intake() {  # PORT LOG
-  IDEMLEDGER_LISTEN_PORT=$1 IDEMLEDGER_RATE_LIMIT_RPS=100000 \
+  IDEMLEDGER_DSN=$service_dsn IDEMLEDGER_LISTEN_PORT=$1 IDEMLEDGER_RATE_LIMIT_RPS=100000 \
     "$bin/webhook_intake/webhook_intake" >"$2" 2>&1 &
   intake_pid=$! intake_log=$2
 }
 start_intake 0 "$logs/intake.log"
 start_worker() {
-  IDEMLEDGER_DSN="$IDEMLEDGER_TEST_DSN application_name=chaos_worker" IDEMLEDGER_WORKER_THREADS=2 \
+  IDEMLEDGER_DSN="$service_dsn application_name=chaos_worker" IDEMLEDGER_WORKER_THREADS=2 \
     IDEMLEDGER_LEASE_MS=3000 IDEMLEDGER_RETRY_BASE_MS=200 IDEMLEDGER_POLL_MS=200 \
     IDEMLEDGER_WRITE_NOTIFICATIONS=1 IDEMLEDGER_DLQ_SPOOL="$logs/worker$1.spool" \
     "$bin/outbox_worker/outbox_worker" >>"$logs/worker$1.log" 2>&1 &
@@ -139,7 +163,7 @@ mock_pid=$!
 mock_port=$(logged_port "$logs/mock.log" listening)
 relay_in_flight=4
 start_relay() {
-  IDEMLEDGER_DSN="$IDEMLEDGER_TEST_DSN application_name=chaos_relay" \
+  IDEMLEDGER_DSN="$service_dsn application_name=chaos_relay" \
     RELAY_URL="http://127.0.0.1:$mock_port/notify" RELAY_MAX_IN_FLIGHT=$relay_in_flight \
     RELAY_TIMEOUT_MS=500 RELAY_ATTEMPTS=2 RELAY_MARKER_TTL_MS=1000 RELAY_DLQ_BACKOFF_MS=500 \
     RELAY_MAX_RETRIES=50 RELAY_POLL_MS=50 \
@@ -191,7 +215,7 @@ chaos_kill() {  # NAME PID LOG MARK
 }
 
 kills=0 relay_kills=0 intake_kills=0 acks_checked=0 acked_missing=0 api_outages=0 conn_kills=0 db_restarts=0 lock_holds=0
-failovers_done=0 failover_seconds=()
+failovers_done=0 failover_seconds=() partitions_done=0
 tick=0
 chaos_end=$(($(date +%s) + chaos_s))
 while (($(date +%s) < chaos_end)); do
@@ -246,6 +270,14 @@ while (($(date +%s) < chaos_end)); do
     pg_start
     db_restarts=$((db_restarts + 1))
   fi
+  # Partitions spread over the chaos window, half a step after the restarts:
+  # the database's address goes away for 12 s (its packets dropped), then
+  # comes back, while the rest of the chaos goes on.
+  if ((partitions_done < partitions && $(date +%s) >= chaos_end - chaos_s + (2 * partitions_done + 1) * chaos_s / (2 * partitions + 2))); then
+    mark db_partition
+    (ip addr del "$db_host/32" dev lo && sleep 12 && ip addr add "$db_host/32" dev lo) &
+    partitions_done=$((partitions_done + 1))
+  fi
   # Failovers spread over the chaos window; each waits for the cluster to
   # have its standby back (synchronous again) before the primary dies.
   if ((failovers_done < failovers && $(date +%s) >= chaos_end - chaos_s + (failovers_done + 1) * chaos_s / (failovers + 1))) &&
@@ -255,7 +287,7 @@ while (($(date +%s) < chaos_end)); do
     failovers_done=$((failovers_done + 1))
   fi
 done
-echo "chaos: stopped after ${chaos_s}s ($kills worker kills, $relay_kills relay kills, $intake_kills intake kills, $api_outages API outages, $conn_kills connection kills, $db_restarts restarts, $failovers_done failovers, $lock_holds lock holds); waiting for the provider"
+echo "chaos: stopped after ${chaos_s}s ($kills worker kills, $relay_kills relay kills, $intake_kills intake kills, $api_outages API outages, $conn_kills connection kills, $db_restarts restarts, $failovers_done failovers, $partitions_done partitions, $lock_holds lock holds); waiting for the provider"
 
 # The provider ends once every event is final (or after SIM_WAIT_S); the
 # services it waits for are still watched meanwhile.
@@ -383,6 +415,7 @@ if ((failovers > 0)); then
 else
   row "database restarts (1 crash: stop -m immediate)" "$db_restarts"
 fi
+((partitions == 0)) || verdict "database partitions (its address gone 12 s, packets dropped)" "$partitions_done" "$partitions"
 row "hot-user lock holds (2 s)" "$lock_holds"
 row "relays SIGKILLed" "$relay_kills"
 row "intake SIGKILLed (ids acknowledged before the last kill)" "$intake_kills ($acks_checked)"
@@ -418,9 +451,9 @@ verdict "notifications not delivered" "$unsettled" 0
 verdict "dropped or quarantined" "$((dropped + quarantined))" 0
 verdict "delivered but never received by the API" "$((published - received))" 0
 # A 2xx whose mark was lost (relay killed, its session killed, the database
-# restarting) is delivered again after the lease, with the same key.
+# restarting or cut off) is delivered again after the lease, with the same key.
 row "received twice (acted on after the relay gave up)" "$received_twice ($received_late)"
-mark_losses=$(((relay_kills + conn_kills + (db_restarts + failovers_done) * 2) * relay_in_flight))
+mark_losses=$(((relay_kills + conn_kills + (db_restarts + failovers_done + partitions_done) * 2) * relay_in_flight))
 verdict "received twice beyond what late answers and lost marks explain" \
   "$((twice_not_late > mark_losses ? twice_not_late : 0))" 0
 if ((failovers > 0)); then
