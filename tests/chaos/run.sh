@@ -30,9 +30,9 @@
 # own (root, as in CI), the services reach the database over TCP on an address
 # of that namespace's loopback, and PARTITIONS times the address goes away for
 # 12 s: every packet to the database is dropped, no reset, as when its
-# machine's network splits off. Sessions in flight must notice within their
-# network bound (the libpq adapter's 10 s), and everything must recover once
-# the address is back.
+# machine's network splits off. Sessions in flight stall (the libpq adapter
+# ends a call after 10 s of silence), new connects find no route, and
+# everything must recover once the address is back.
 # Then it waits until every event is terminal and checks with its own SQL:
 # no double credit, no lost event, no negative balance, every account
 # reconciles (balance and held), every asset sums to zero, every hold ended
@@ -270,9 +270,10 @@ while (($(date +%s) < chaos_end)); do
     pg_start
     db_restarts=$((db_restarts + 1))
   fi
-  # Partitions spread over the chaos window, half a step after the restarts:
-  # the database's address goes away for 12 s (its packets dropped), then
-  # comes back, while the rest of the chaos goes on.
+  # Partitions at 1, 3, 5... (2 x PARTITIONS + 2)ths of the chaos window: the
+  # database's address goes away for 12 s (its packets dropped), then comes
+  # back, while the rest of the chaos goes on. One may fall on a restart: a
+  # server restarting while cut off is one more case.
   if ((partitions_done < partitions && $(date +%s) >= chaos_end - chaos_s + (2 * partitions_done + 1) * chaos_s / (2 * partitions + 2))); then
     mark db_partition
     (ip addr del "$db_host/32" dev lo && sleep 12 && ip addr add "$db_host/32" dev lo) &

@@ -6,8 +6,8 @@
 //
 // It takes its network down (`ip link set lo down`), so it runs only in a
 // network namespace of its own with a server of its own inside, never on the
-// machine's: tests/pg/in_private_network.sh starts both (CAP_NET_ADMIN, root in
-// CI). Outside one it fails without touching anything.
+// machine's: tests/pg/in_private_network.sh starts both (root, as in CI).
+// Outside one it fails without touching anything.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
