@@ -56,14 +56,12 @@ events=${1:-10000} chaos_s=${2:-60} restarts=${3:-3} failovers=${4:-0} partition
 # otherwise build/ is built first.
 build=${IDEMLEDGER_BUILD_DIR:-build}
 db_host=10.77.0.1  # with PARTITIONS: the database's address, on the namespace's loopback
-if ((partitions > 0)) && [[ -z "${IDEMLEDGER_SOAK_NETNS:-}" ]]; then
+if ((partitions > 0)) && [[ -z "${IDEMLEDGER_OUTER_NETNS:-}" ]]; then
   ((failovers == 0)) || { echo "chaos soak: PARTITIONS need FAILOVERS=0" >&2; exit 2; }
   [[ -n "${IDEMLEDGER_BUILD_DIR:-}" ]] || bash scripts/build.sh build >/dev/null
-  export IDEMLEDGER_BUILD_DIR=$build IDEMLEDGER_SOAK_NETNS=1
+  export IDEMLEDGER_BUILD_DIR=$build IDEMLEDGER_NETNS_ADDRESS=$db_host
   export IDEMLEDGER_PG_OPTS="${IDEMLEDGER_PG_OPTS:-} -c listen_addresses=127.0.0.1,$db_host"
-  # shellcheck disable=SC2016  # expanded by the inner bash, inside the namespace
-  exec unshare --net -- bash -c 'ip link set lo up && ip addr add "$1/32" dev lo && shift && exec "$@"' \
-    _ "$db_host" bash scripts/with-postgres.sh "$build/chaos-pg" bash "$0" "$events" "$chaos_s" "$restarts" 0 "$partitions"
+  exec bash tests/pg/in_private_network.sh "$build/chaos-pg" bash "$0" "$events" "$chaos_s" "$restarts" 0 "$partitions"
 elif ((failovers > 0)) && [[ -z "${IDEMLEDGER_CLUSTER_DIR:-}" ]]; then
   [[ -n "${IDEMLEDGER_BUILD_DIR:-}" ]] || bash scripts/build.sh build >/dev/null
   exec bash scripts/with-cluster.sh "$build/chaos-cluster" bash "$0" "$events" "$chaos_s" 0 "$failovers"
