@@ -60,7 +60,10 @@ if ((partitions > 0)) && [[ -z "${IDEMLEDGER_OUTER_NETNS:-}" ]]; then
   ((failovers == 0)) || { echo "chaos soak: PARTITIONS need FAILOVERS=0" >&2; exit 2; }
   [[ -n "${IDEMLEDGER_BUILD_DIR:-}" ]] || bash scripts/build.sh build >/dev/null
   export IDEMLEDGER_BUILD_DIR=$build IDEMLEDGER_NETNS_ADDRESS=$db_host
-  export IDEMLEDGER_PG_OPTS="${IDEMLEDGER_PG_OPTS:-} -c listen_addresses=127.0.0.1,$db_host"
+  # Every address of the namespace (its loopback's only): a server restarted
+  # while cut off could not bind $db_host itself, and would never hear from
+  # the services again once it is back.
+  export IDEMLEDGER_PG_OPTS="${IDEMLEDGER_PG_OPTS:-} -c listen_addresses=*"
   exec bash tests/pg/in_private_network.sh "$build/chaos-pg" bash "$0" "$events" "$chaos_s" "$restarts" 0 "$partitions"
 elif ((failovers > 0)) && [[ -z "${IDEMLEDGER_CLUSTER_DIR:-}" ]]; then
   [[ -n "${IDEMLEDGER_BUILD_DIR:-}" ]] || bash scripts/build.sh build >/dev/null
