@@ -22,8 +22,12 @@ bool sqlstate_breaks_connection(std::string_view sqlstate) {
   // 25006: the session is on a node that cannot write — a standby, or a
   // primary demoted under it. Nothing was written; a new connection (with
   // target_session_attrs=read-write) finds the primary.
+  // 25P03, 25P04, 57P05: the server ended the session for sitting idle in a
+  // transaction, for a transaction that ran too long, or for sitting idle:
+  // its transaction rolled back.
   return sqlstate.starts_with("08") || sqlstate == "57P01" || sqlstate == "57P02" ||
-         sqlstate == "57P03" || sqlstate == "25006";
+         sqlstate == "57P03" || sqlstate == "57P05" || sqlstate == "25006" ||
+         sqlstate == "25P03" || sqlstate == "25P04";
 }
 
 absl::Status status_from_sqlstate(std::string_view sqlstate, std::string_view message) {

@@ -25,8 +25,11 @@ TEST(StatusFromSqlstate, MapsEveryStateTheSpecNames) {
       {"57P02", absl::StatusCode::kUnavailable, true, true},        // crash_shutdown
       {"57P03", absl::StatusCode::kUnavailable, true, true},        // cannot_connect_now
       {"25006", absl::StatusCode::kUnavailable, true, true},        // read_only_sql_transaction
-      {"40003", absl::StatusCode::kUnavailable, false, false},      // completion unknown: see below
-      {"23505", absl::StatusCode::kAlreadyExists, false, false},    // unique_violation
+      {"25P03", absl::StatusCode::kUnavailable, true, true},  // idle_in_transaction_session_timeout
+      {"25P04", absl::StatusCode::kUnavailable, true, true},  // transaction_timeout
+      {"57P05", absl::StatusCode::kUnavailable, true, true},  // idle_session_timeout
+      {"40003", absl::StatusCode::kUnavailable, false, false},    // completion unknown: see below
+      {"23505", absl::StatusCode::kAlreadyExists, false, false},  // unique_violation
       {"23514", absl::StatusCode::kFailedPrecondition, false, false},  // check_violation
       {"22P02", absl::StatusCode::kInvalidArgument, false, false},  // invalid_text_representation
       {"42P01", absl::StatusCode::kInternal, false, false},         // undefined_table
