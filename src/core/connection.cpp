@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <array>
+#include <cstdint>
+
 #include "absl/time/clock.h"
 #include "idemledger/core/schema.hpp"
 #include "src/core/internal/absl_compat.hpp"
@@ -27,24 +30,72 @@ absl::StatusOr<Result> Connection::execute_atomically(std::span<const Statement>
   return last;
 }
 
+absl::StatusOr<Result> Connection::open_transaction(std::string_view begin_sql,
+                                                    std::span<const Statement> then) {
+  absl::StatusOr<Result> last = execute(begin_sql);
+  for (const Statement& statement : then) {
+    if (!last.ok()) break;
+    last = execute(statement.sql, statement.params);
+  }
+  return last;
+}
+
 absl::StatusOr<bool> Connection::wait_for_notification(absl::Duration timeout) {
   absl::SleepFor(timeout);
   return false;
 }
 
-absl::StatusOr<Transaction> Transaction::begin(Connection& conn, IsolationLevel level) {
-  std::string_view sql = "BEGIN";
+namespace {
+
+std::string_view begin_sql(IsolationLevel level) {
   switch (level) {
     case IsolationLevel::kReadCommitted:
       break;
     case IsolationLevel::kRepeatableRead:
-      sql = "BEGIN ISOLATION LEVEL REPEATABLE READ";
-      break;
+      return "BEGIN ISOLATION LEVEL REPEATABLE READ";
     case IsolationLevel::kSerializable:
-      sql = "BEGIN ISOLATION LEVEL SERIALIZABLE";
-      break;
+      return "BEGIN ISOLATION LEVEL SERIALIZABLE";
   }
-  if (absl::StatusOr<Result> r = conn.execute(sql); !r.ok()) return r.status();
+  return "BEGIN";
+}
+
+// The lower of the limit ($1, milliseconds) and the session's own setting
+// (0 = none; current_setting() shows it with a unit, "30s", "1min", which
+// interval input reads).
+constexpr std::string_view kIdleLimitSql =
+    "SELECT set_config('idle_in_transaction_session_timeout', "
+    "LEAST($1::bigint, NULLIF((extract(epoch FROM "
+    "current_setting('idle_in_transaction_session_timeout')::interval) * 1000)::bigint, 0))"
+    "::text, true)";
+
+}  // namespace
+
+absl::StatusOr<Transaction> Transaction::begin(Connection& conn, IsolationLevel level) {
+  return begin(conn, TransactionOptions{.isolation = level});
+}
+
+absl::StatusOr<Transaction> Transaction::begin(Connection& conn,
+                                               const TransactionOptions& options) {
+  const absl::Duration limit = options.idle_limit;
+  if (limit < absl::ZeroDuration() || limit > absl::Hours(1)) {
+    return absl::InvalidArgumentError(
+        "a transaction's idle_limit must be between zero (none) and one hour");
+  }
+  if (limit == absl::ZeroDuration()) {
+    if (absl::StatusOr<Result> r = conn.execute(begin_sql(options.isolation)); !r.ok()) {
+      return r.status();
+    }
+    return Transaction(conn);
+  }
+  // Rounded up: a positive limit must not become 0, which means none.
+  const std::int64_t ms = absl::ToInt64Milliseconds(absl::Ceil(limit, absl::Milliseconds(1)));
+  const auto params = Params(ms);
+  const std::array<Statement, 1> then = {{{kIdleLimitSql, params}}};
+  if (absl::StatusOr<Result> r = conn.open_transaction(begin_sql(options.isolation), then);
+      !r.ok()) {
+    if (conn.in_transaction()) (void)conn.execute("ROLLBACK");
+    return r.status();
+  }
   return Transaction(conn);
 }
 

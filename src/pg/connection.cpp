@@ -118,6 +118,14 @@ class NetworkSettings {
   std::string connect_timeout_, keepalives_idle_, keepalives_interval_, tcp_user_timeout_;
 };
 
+// What a pipeline's Sync ends, which decides the answer when the session
+// dies before it.
+enum class PipelineEnd {
+  kCommits,            // an implicit transaction: the commit may have happened
+  kInHostTransaction,  // the host's transaction goes on: nothing committed
+  kOpensTransaction,   // it starts with BEGIN, and the block stays open
+};
+
 }  // namespace
 
 struct Connection::Impl {
@@ -196,6 +204,10 @@ struct Connection::Impl {
     return it == prepared.end() ? nullptr : &it->second;
   }
   std::string next_name() const { return fmt::format("idemledger_{}", prepared.size()); }
+
+  // Sends `statements` and one Sync in one round trip and reads every answer;
+  // returns the last result or the first error. REQUIRES: in pipeline mode.
+  absl::StatusOr<Result> run_pipeline(std::span<const Statement> statements, PipelineEnd end);
 };
 
 Connection::Connection(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -303,13 +315,33 @@ absl::StatusOr<Result> Connection::execute(std::string_view sql, std::span<const
 
 absl::StatusOr<Result> Connection::execute_atomically(std::span<const Statement> statements) {
   if (impl_->connection_bad()) return impl_->error(nullptr);
-  PGconn* c = impl_->conn.get();
   // Inside the host's own transaction nothing commits at our Sync.
-  const bool joins_host_transaction = in_transaction();
-  if (PQenterPipelineMode(c) != 1) return idemledger::Connection::execute_atomically(statements);
+  const PipelineEnd end =
+      in_transaction() ? PipelineEnd::kInHostTransaction : PipelineEnd::kCommits;
+  if (PQenterPipelineMode(impl_->conn.get()) != 1) {
+    return idemledger::Connection::execute_atomically(statements);
+  }
+  return impl_->run_pipeline(statements, end);
+}
 
+absl::StatusOr<Result> Connection::open_transaction(std::string_view begin_sql,
+                                                    std::span<const Statement> then) {
+  if (impl_->connection_bad()) return impl_->error(nullptr);
+  if (PQenterPipelineMode(impl_->conn.get()) != 1) {
+    return idemledger::Connection::open_transaction(begin_sql, then);
+  }
+  absl::InlinedVector<Statement, 4> statements;
+  statements.push_back({begin_sql, {}});
+  statements.insert(statements.end(), then.begin(), then.end());
+  return impl_->run_pipeline(statements, PipelineEnd::kOpensTransaction);
+}
+
+absl::StatusOr<Result> Connection::Impl::run_pipeline(std::span<const Statement> statements,
+                                                      PipelineEnd end) {
+  PGconn* c = conn.get();
   // Send everything, then one Sync: without an explicit BEGIN the server runs
-  // the batch as one implicit transaction and commits it at the Sync.
+  // the batch as one implicit transaction and commits it at the Sync; after
+  // one, the block stays open.
   struct Pending {
     bool is_prepare;
     std::string sql;  // for prepares: cache it once the Parse succeeded
@@ -320,17 +352,17 @@ absl::StatusOr<Result> Connection::execute_atomically(std::span<const Statement>
   bool sent = true;
   for (const Statement& s : statements) {
     const BoundParams bound(s.params);
-    if (!impl_->options.prepared_statements) {
+    if (!options.prepared_statements) {
       sent = sent && PQsendQueryParams(c, std::string(s.sql).c_str(), bound.count(), nullptr,
                                        bound.values(), nullptr, nullptr, 0) == 1;
       pending.push_back({false, {}, {}});
       continue;
     }
     // Steady state: the statement is prepared, and nothing is copied.
-    const std::string* name = impl_->prepared_name(s.sql);
+    const std::string* name = prepared_name(s.sql);
     if (name == nullptr) {
-      Pending& parse = pending.emplace_back(Pending{
-          true, std::string(s.sql), fmt::format("{}_{}", impl_->next_name(), pending.size())});
+      Pending& parse = pending.emplace_back(
+          Pending{true, std::string(s.sql), fmt::format("{}_{}", next_name(), pending.size())});
       sent = sent &&
              PQsendPrepare(c, parse.name.c_str(), parse.sql.c_str(), bound.count(), nullptr) == 1;
       name = &parse.name;
@@ -341,8 +373,8 @@ absl::StatusOr<Result> Connection::execute_atomically(std::span<const Statement>
   }
   sent = sent && PQpipelineSync(c) == 1;
   if (!sent) {
-    absl::Status s = impl_->error(nullptr);
-    impl_->broken = true;  // a half-sent pipeline leaves the protocol state unknown
+    absl::Status s = error(nullptr);
+    broken = true;  // a half-sent pipeline leaves the protocol state unknown
     mark_connection_broken(s);
     return s;
   }
@@ -352,7 +384,7 @@ absl::StatusOr<Result> Connection::execute_atomically(std::span<const Statement>
   for (const Pending& p : pending) {
     ResultPtr r(PQgetResult(c));
     if (r == nullptr) {
-      first_error.Update(impl_->error(nullptr));
+      first_error.Update(error(nullptr));
       break;
     }
     while (ResultPtr extra{PQgetResult(c)}) {
@@ -361,33 +393,41 @@ absl::StatusOr<Result> Connection::execute_atomically(std::span<const Statement>
     if (status == PGRES_PIPELINE_ABORTED) continue;
     if (p.is_prepare) {
       if (status == PGRES_COMMAND_OK)
-        impl_->prepared.emplace(p.sql, p.name);
+        prepared.emplace(p.sql, p.name);
       else
-        first_error.Update(impl_->error(r.get()));
+        first_error.Update(error(r.get()));
       continue;
     }
-    last = impl_->to_result(r.get());
+    last = to_result(r.get());
     if (!last.ok()) first_error.Update(last.status());
-    if (impl_->connection_bad()) break;
+    if (connection_bad()) break;
   }
-  if (!impl_->connection_bad()) {
+  if (!connection_bad()) {
     ResultPtr sync(PQgetResult(c));
     if (sync != nullptr && PQresultStatus(sync.get()) == PGRES_PIPELINE_SYNC &&
         PQexitPipelineMode(c) == 1) {
       if (!first_error.ok()) return first_error;
       return last;
     }
-    impl_->broken = true;
+    broken = true;
   }
   // A server error means the implicit transaction rolled back: a definite no.
   if (!first_error.ok() && !connection_broken(first_error)) return first_error;
   // The session died before the Sync's answer. Outside a host transaction the
   // commit may or may not have happened: say so, never guess. Inside one,
   // the host's transaction died with the session: definitely not committed.
-  return connection_lost(joins_host_transaction
-                             ? "connection lost; the enclosing transaction is rolled back"
-                             : "commit in doubt: connection lost before the outcome arrived",
-                         PQerrorMessage(c), /*in_doubt=*/!joins_host_transaction);
+  switch (end) {
+    case PipelineEnd::kCommits:
+      break;
+    case PipelineEnd::kInHostTransaction:
+      return connection_lost("connection lost; the enclosing transaction is rolled back",
+                             PQerrorMessage(c), /*in_doubt=*/false);
+    case PipelineEnd::kOpensTransaction:
+      return connection_lost("connection lost while opening a transaction; nothing committed",
+                             PQerrorMessage(c), /*in_doubt=*/false);
+  }
+  return connection_lost("commit in doubt: connection lost before the outcome arrived",
+                         PQerrorMessage(c), /*in_doubt=*/true);
 }
 
 absl::StatusOr<bool> Connection::wait_for_notification(absl::Duration timeout) {

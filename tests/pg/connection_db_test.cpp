@@ -1,6 +1,14 @@
 // The Connection interface's own helpers, on a real server: the RAII
-// Transaction with savepoints, and the default execute_atomically() a host's
-// driver inherits when it cannot pipeline.
+// Transaction with savepoints and an idle limit, and the default
+// execute_atomically() and open_transaction() a host's driver inherits when
+// it cannot pipeline.
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/time/clock.h"
 #include "idemledger/core/connection.hpp"
 #include "idemledger/core/status.hpp"
 #include "tests/support/test_db.hpp"
@@ -73,6 +81,150 @@ TEST_F(ConnectionTest, LedgerWorksOverAHostDriverWithoutPipelining) {
   EXPECT_EQ(*ledger_->process_deposit(driver, e), Outcome::kAlreadyApplied);
   EXPECT_EQ(balance(1), "2.5");
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events"), 1);
+}
+
+// What the session answers for `setting` (SHOW), through `c`.
+std::string show(Connection& c, const std::string& setting) {
+  absl::StatusOr<Result> r = c.execute("SHOW " + setting);
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (!r.ok()) return "";
+  absl::StatusOr<std::string> v = r->single_row(setting)->get<std::string>(0);
+  return v.ok() ? *v : "";
+}
+
+// The limit holds inside the transaction and is gone after it, over the
+// libpq adapter (BEGIN and the setting pipelined in one round trip) and over
+// a host's driver that cannot pipeline (the interface's default).
+TEST_F(ConnectionTest, IdleLimitHoldsForItsTransactionOnly) {
+  ForwardingConnection host_driver(*conn_);
+  for (Connection* c :
+       {static_cast<Connection*>(conn_.get()), static_cast<Connection*>(&host_driver)}) {
+    const std::string before = show(*c, "idle_in_transaction_session_timeout");
+    {
+      absl::StatusOr<Transaction> tx = Transaction::begin(
+          *c,
+          {.isolation = IsolationLevel::kRepeatableRead, .idle_limit = absl::Milliseconds(1500)});
+      ASSERT_TRUE(tx.ok()) << tx.status();
+      EXPECT_EQ(show(*c, "idle_in_transaction_session_timeout"), "1500ms");
+      EXPECT_EQ(show(*c, "transaction_isolation"), "repeatable read");
+      ASSERT_TRUE(c->execute(insert(1)).ok());
+      ASSERT_TRUE(tx->commit().ok());
+    }
+    EXPECT_EQ(show(*c, "idle_in_transaction_session_timeout"), before);
+    {
+      // Rounded up, never down to 0 (which would mean no limit).
+      absl::StatusOr<Transaction> tx =
+          Transaction::begin(*c, {.idle_limit = absl::Microseconds(1)});
+      ASSERT_TRUE(tx.ok()) << tx.status();
+      EXPECT_EQ(show(*c, "idle_in_transaction_session_timeout"), "1ms");
+    }
+    EXPECT_EQ(show(*c, "idle_in_transaction_session_timeout"), before);
+    EXPECT_FALSE(c->in_transaction());
+    ASSERT_TRUE(c->execute("DELETE FROM " + schema_name_ + ".t").ok());
+  }
+  EXPECT_EQ(rows(), 0);
+}
+
+TEST_F(ConnectionTest, IdleLimitsBelowZeroOrAboveAnHourAreRefused) {
+  for (const absl::Duration bad :
+       {absl::Milliseconds(-1), absl::Minutes(61), absl::InfiniteDuration()}) {
+    absl::StatusOr<Transaction> tx = Transaction::begin(*conn_, {.idle_limit = bad});
+    EXPECT_EQ(tx.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_FALSE(conn_->in_transaction()) << "nothing is opened for a refused limit";
+  }
+  absl::StatusOr<Transaction> tx = Transaction::begin(*conn_, {.idle_limit = absl::Hours(1)});
+  ASSERT_TRUE(tx.ok()) << tx.status();
+  EXPECT_EQ(show(*conn_, "idle_in_transaction_session_timeout"), "1h");
+}
+
+// A tighter limit the session already has (the server's, the role's, the
+// host's) stays: ours only ever lowers it.
+TEST_F(ConnectionTest, TheSessionsLowerIdleLimitStays) {
+  IDEMLEDGER_NEEDS_OWN_SESSION("a session-level SET");
+  const struct {
+    const char* session;
+    const char* inside;
+  } cases[] = {{"500ms", "500ms"}, {"29s", "29s"}, {"1min", "30s"}, {"0", "30s"}};
+  for (const auto& c : cases) {
+    exec(std::string("SET idle_in_transaction_session_timeout = '") + c.session + "'");
+    {
+      absl::StatusOr<Transaction> tx = Transaction::begin(*conn_, kBoundedTransaction);
+      ASSERT_TRUE(tx.ok()) << tx.status();
+      EXPECT_EQ(show(*conn_, "idle_in_transaction_session_timeout"), c.inside) << c.session;
+    }
+    EXPECT_EQ(show(*conn_, "idle_in_transaction_session_timeout"), c.session);
+  }
+  exec("RESET idle_in_transaction_session_timeout");
+}
+
+class IdleLimitTest : public ConnectionTest {
+ protected:
+  void SetUp() override {
+    ConnectionTest::SetUp();
+    exec("INSERT INTO {schema}.t VALUES (1)");
+  }
+  // Opens quiet_, a session of its own that locks row 1 in a transaction
+  // with `limit` and then sends nothing: its client is gone without a word
+  // (cut off, frozen, or a host thread stuck between two statements).
+  void lock_and_go_quiet(absl::Duration limit) {
+    quiet_ = connect();
+    absl::StatusOr<Transaction> tx = Transaction::begin(*quiet_, {.idle_limit = limit});
+    ASSERT_TRUE(tx.ok()) << tx.status();
+    quiet_tx_.emplace(*std::move(tx));
+    ASSERT_TRUE(
+        quiet_->execute("SELECT x FROM " + schema_name_ + ".t WHERE x = 1 FOR UPDATE").ok());
+  }
+  // True if this test's own session can lock row 1 now (and lets it go).
+  bool row_is_free() {
+    absl::StatusOr<Transaction> tx = Transaction::begin(*conn_);
+    EXPECT_TRUE(tx.ok());
+    absl::StatusOr<Result> r =
+        conn_->execute("SELECT x FROM " + schema_name_ + ".t WHERE x = 1 FOR UPDATE NOWAIT");
+    if (!r.ok()) {
+      EXPECT_EQ(sqlstate(r.status()), "55P03") << r.status();
+    }
+    return r.ok();
+  }
+  std::unique_ptr<pg::Connection> quiet_;
+  std::optional<Transaction> quiet_tx_;  // declared after quiet_: ends first
+};
+
+// The server ends a transaction whose client went quiet past its limit: the
+// session ends (SQLSTATE 25P03), its locks are free for everyone else, and
+// the client, when it speaks again, learns its session is gone and nothing
+// of the transaction committed.
+TEST_F(IdleLimitTest, TheServerEndsAnAbandonedTransactionAndFreesItsLocks) {
+  IDEMLEDGER_NEEDS_OWN_SESSION("the server ends the session itself");
+  const auto start = std::chrono::steady_clock::now();
+  lock_and_go_quiet(absl::Milliseconds(500));
+  EXPECT_FALSE(row_is_free()) << "locked while its client is quiet, within the limit";
+  ASSERT_TRUE(eventually([&] { return row_is_free(); }, absl::Seconds(10)))
+      << "still locked 10 s after its client went quiet, with a 0.5-s limit";
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(took, 0.5);
+  EXPECT_LT(took, 3.0);
+  absl::StatusOr<Result> r = quiet_->execute("UPDATE " + schema_name_ + ".t SET x = 2");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+  EXPECT_TRUE(connection_broken(r.status())) << r.status();
+  EXPECT_TRUE(is_retryable(r.status())) << r.status();
+  EXPECT_FALSE(commit_in_doubt(r.status())) << r.status();
+  EXPECT_TRUE(quiet_->is_broken());
+  EXPECT_FALSE(quiet_tx_->commit().ok());
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.t WHERE x = 1"), 1);
+}
+
+// The control, so the case above can fail: without a limit, the quiet
+// client's locks are still held 2 s later, and its transaction goes on.
+TEST_F(IdleLimitTest, WithoutALimitAnAbandonedTransactionKeepsItsLocks) {
+  IDEMLEDGER_NEEDS_OWN_SESSION("the same session as the case above");
+  lock_and_go_quiet(absl::ZeroDuration());
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  EXPECT_FALSE(row_is_free());
+  ASSERT_TRUE(quiet_->execute("UPDATE " + schema_name_ + ".t SET x = 2").ok());
+  ASSERT_TRUE(quiet_tx_->commit().ok());
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.t WHERE x = 2"), 1);
 }
 
 }  // namespace

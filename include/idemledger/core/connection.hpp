@@ -8,6 +8,7 @@
 //   absl::StatusOr<Amount> b = r->single_row("balance")->get<Amount>(0);
 //   absl::StatusOr<Transaction> tx = Transaction::begin(conn, IsolationLevel::kRepeatableRead);
 //   ... tx->commit();   // destroyed uncommitted -> ROLLBACK
+//   Transaction::begin(conn, {.idle_limit = kIdleInTransactionLimit});  // see there
 //
 // Parameters are always bound as text (NULL = nullopt), never spliced into SQL
 // (params.hpp); rows are read through types (result.hpp). A failed call
@@ -63,6 +64,19 @@ class Connection {
   [[nodiscard]] virtual absl::StatusOr<Result> execute_atomically(
       std::span<const Statement> statements);
 
+  // open_transaction()
+  //
+  // Opens a transaction block with `begin_sql` (BEGIN, with its isolation
+  // level) and runs `then` inside it, in order; returns the last result (the
+  // BEGIN's if `then` is empty) and leaves the block open. Drivers that can
+  // pipeline (the libpq adapter) send it all in one round trip; the default
+  // runs it statement by statement. Nothing commits, so nothing is ever in
+  // doubt. On failure the block may be left open and aborted: the caller
+  // rolls it back (Transaction::begin() does).
+  // REQUIRES: !in_transaction().
+  [[nodiscard]] virtual absl::StatusOr<Result> open_transaction(std::string_view begin_sql,
+                                                                std::span<const Statement> then);
+
   // True while the session is inside an explicit transaction block.
   [[nodiscard]] virtual bool in_transaction() const = 0;
 
@@ -81,6 +95,31 @@ using SessionLender = std::function<absl::Status(const std::function<void(Connec
 
 enum class IsolationLevel { kReadCommitted, kRepeatableRead, kSerializable };
 
+// How long a transaction the library opens for itself, one that spans round
+// trips (a worker's claim-and-apply, a dead-letter replay, a reconciliation's
+// snapshot, a migration), may sit idle waiting for its client before the
+// server ends the session, and the transaction with it. A client cut off
+// between two round trips (a partition, a frozen host) then holds its locks
+// and its snapshot this long at most, not until the server's TCP gives up
+// (two hours by default). The client's own work between two round trips is
+// microseconds. See TransactionOptions::idle_limit.
+inline constexpr absl::Duration kIdleInTransactionLimit = absl::Seconds(30);
+
+struct TransactionOptions {
+  IsolationLevel isolation = IsolationLevel::kReadCommitted;
+  // Nonzero: the transaction's idle_in_transaction_session_timeout, set
+  // transaction-scoped (set_config(..., true): a pooled or PgBouncer-shared
+  // session keeps its own) in the BEGIN's round trip. When the session's own
+  // setting is lower, that one stays. Zero: the session's setting alone.
+  // Rounded up to whole milliseconds; at most one hour (kInvalidArgument).
+  absl::Duration idle_limit = absl::ZeroDuration();
+};
+
+// What the library's own transactions that span round trips use.
+inline constexpr TransactionOptions kBoundedTransaction{.idle_limit = kIdleInTransactionLimit};
+inline constexpr TransactionOptions kBoundedSnapshot{.isolation = IsolationLevel::kRepeatableRead,
+                                                     .idle_limit = kIdleInTransactionLimit};
+
 // Transaction
 //
 // RAII transaction scope: BEGIN (with the isolation level in the BEGIN itself,
@@ -90,6 +129,9 @@ class Transaction {
  public:
   [[nodiscard]] static absl::StatusOr<Transaction> begin(
       Connection& conn, IsolationLevel level = IsolationLevel::kReadCommitted);
+  // One round trip with the libpq adapter, with or without an idle limit.
+  [[nodiscard]] static absl::StatusOr<Transaction> begin(Connection& conn,
+                                                         const TransactionOptions& options);
 
   Transaction(Transaction&& other) noexcept;
   Transaction& operator=(Transaction&&) = delete;
