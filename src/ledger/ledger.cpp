@@ -796,7 +796,7 @@ absl::StatusOr<Amount> Ledger::balance(Connection& conn, std::int64_t user_id,
 
 absl::StatusOr<std::vector<BalanceMismatch>> Ledger::find_balance_mismatches(
     Connection& conn) const {
-  absl::StatusOr<Transaction> tx = Transaction::begin(conn, IsolationLevel::kRepeatableRead);
+  absl::StatusOr<Transaction> tx = Transaction::begin(conn, kBoundedSnapshot);
   if (!tx.ok()) return tx.status();
   internal::BalanceCheck check;
   if (absl::Status s = internal::check_user_balances(

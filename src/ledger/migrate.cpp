@@ -271,7 +271,7 @@ absl::Status migrate(Connection& conn, const MigrateOptions& options) {
   if (target > latest_schema_version()) {
     return absl::InvalidArgumentError(fmt::format("migrate: no version {}", target));
   }
-  absl::StatusOr<Transaction> tx = Transaction::begin(conn);
+  absl::StatusOr<Transaction> tx = Transaction::begin(conn, kBoundedTransaction);
   if (!tx.ok()) return tx.status();
   if (absl::Status s = internal::lock_schema_ddl(conn, schema); !s.ok()) {
     return absl::Status(s.code(), fmt::format("migrate: advisory lock: {}", s.message()));

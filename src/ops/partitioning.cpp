@@ -15,7 +15,7 @@ absl::StatusOr<int> call_counting(Connection& conn, const PartitioningOptions& o
     return absl::InvalidArgumentError(
         fmt::format("months_ahead must be in [0, 120], got {}", options.months_ahead));
   }
-  absl::StatusOr<Transaction> tx = Transaction::begin(conn);
+  absl::StatusOr<Transaction> tx = Transaction::begin(conn, kBoundedTransaction);
   if (!tx.ok()) return tx.status();
   if (absl::Status s = internal::lock_schema_ddl(conn, options.schema); !s.ok()) return s;
   absl::StatusOr<Result> r =

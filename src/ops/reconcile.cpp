@@ -69,7 +69,7 @@ absl::Status Reconciler::find_duplicates(Connection& conn, std::string_view user
 }
 
 absl::Status Reconciler::find_imbalances(Connection& conn, ReconcileReport& report) const {
-  absl::StatusOr<Transaction> tx = Transaction::begin(conn, IsolationLevel::kRepeatableRead);
+  absl::StatusOr<Transaction> tx = Transaction::begin(conn, kBoundedSnapshot);
   if (!tx.ok()) return tx.status();
   absl::StatusOr<Result> r = conn.execute(options_.schema.qualify(
       "SELECT asset, sum(amount) FROM (SELECT asset, amount FROM {schema}.balance_events "
@@ -153,7 +153,7 @@ absl::StatusOr<ReconcileReport> Reconciler::hot_path(Connection& conn,
   if (!report_or.ok()) return report_or.status();
   ReconcileReport& report = *report_or;
   {
-    absl::StatusOr<Transaction> tx = Transaction::begin(conn, IsolationLevel::kRepeatableRead);
+    absl::StatusOr<Transaction> tx = Transaction::begin(conn, kBoundedSnapshot);
     if (!tx.ok()) return tx.status();
     const Params params(window);
     const std::string touched = options_.schema.qualify(
@@ -190,7 +190,7 @@ absl::StatusOr<ReconcileReport> Reconciler::full(Connection& conn,
   for (;;) {
     const std::int64_t checked_before = report.users_checked;
     const Params params(report.last_user_id, options_.batch_users);
-    absl::StatusOr<Transaction> tx = Transaction::begin(conn, IsolationLevel::kRepeatableRead);
+    absl::StatusOr<Transaction> tx = Transaction::begin(conn, kBoundedSnapshot);
     if (!tx.ok()) return tx.status();
     if (absl::Status s = check_batch(conn, batch_sql, params, report); !s.ok()) return s;
     if (absl::Status s = tx->commit(); !s.ok()) return s;

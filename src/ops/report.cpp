@@ -68,7 +68,7 @@ absl::StatusOr<std::vector<StatsRow>> ledger_stats(Connection& conn, const Schem
 }
 
 absl::StatusOr<std::vector<AssetLiabilities>> liabilities(Connection& conn, const Schema& schema) {
-  absl::StatusOr<Transaction> tx = Transaction::begin(conn, IsolationLevel::kRepeatableRead);
+  absl::StatusOr<Transaction> tx = Transaction::begin(conn, kBoundedSnapshot);
   if (!tx.ok()) return tx.status();
   absl::StatusOr<Result> r = conn.execute(schema.qualify(
       "SELECT s.code, s.decimals, coalesce(a.accounts, 0), coalesce(a.owed, 0), "

@@ -311,7 +311,11 @@ absl::StatusOr<int> Dispatcher::run_once(Connection& conn) const {
       static_cast<std::size_t>(std::max(options_.batch_size, 0)) > kMaxBatchSize) {
     return claim_then_process(conn);
   }
-  absl::StatusOr<Transaction> tx = Transaction::begin(conn);
+  // The claimed events stay locked until this transaction ends: should this
+  // worker be cut off before its apply, the server ends it after the idle
+  // limit, and other workers' claims find the events again.
+  absl::StatusOr<Transaction> tx =
+      Transaction::begin(conn, {.idle_limit = options_.idle_in_transaction_limit});
   if (!tx.ok()) return tx.status();
   absl::StatusOr<std::vector<ClaimedEvent>> batch = claim(conn);
   if (!batch.ok()) return batch.status();  // rolled back: nothing claimed

@@ -287,7 +287,7 @@ absl::StatusOr<int> DeadLetterQueue::drain_spool(Connection& conn) const {
     }
   }
   if (!letters.empty()) {
-    absl::StatusOr<Transaction> tx = Transaction::begin(conn);
+    absl::StatusOr<Transaction> tx = Transaction::begin(conn, kBoundedTransaction);
     if (!tx.ok()) return tx.status();
     for (const Unsealed& u : letters) {
       if (absl::Status s = append_dead_letter(conn, options_.schema, u.letter, u.spool_id);
@@ -336,7 +336,7 @@ absl::StatusOr<DeadLetterQueue::ReplayResult> DeadLetterQueue::replay(
     Connection& conn, const Ledger& ledger, std::int64_t id, std::string_view reason,
     std::string_view actor) const {
   if (absl::Status s = check_decision(reason, actor); !s.ok()) return s;
-  absl::StatusOr<Transaction> tx = Transaction::begin(conn);
+  absl::StatusOr<Transaction> tx = Transaction::begin(conn, kBoundedTransaction);
   if (!tx.ok()) return tx.status();
   absl::StatusOr<Result> r = conn.execute(
       options_.schema.qualify("SELECT * FROM {schema}.replay_dead_letter($1::bigint, $2, $3)"),

@@ -19,11 +19,13 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "idemledger/core/connection.hpp"
 #include "idemledger/core/status.hpp"
 #include "idemledger/pg/connection.hpp"
 
@@ -235,6 +237,53 @@ TEST_F(DeadNetwork, WithoutTheBoundsAStatementWaitsForTheNetwork) {
   network(true);
   ASSERT_EQ(r.wait_for(std::chrono::seconds(60)), std::future_status::ready);
   EXPECT_TRUE(r.get().ok());
+}
+
+// The server's side of a partition: a transaction whose client was cut off
+// between two round trips keeps its locks while its backend waits for the
+// next message, until the server's TCP keepalive gives up (two hours by
+// default). With an idle limit, the server ends it after that long. The
+// lock is watched over the unix socket, which the dead loopback leaves
+// alone.
+class CutOffMidTransaction : public DeadNetwork {
+ protected:
+  // True if, `after` the network died under a transaction holding an
+  // advisory lock with `idle_limit`, another session can take the lock.
+  bool lock_free_after(absl::Duration idle_limit, double after) {
+    const char* unix_dsn = std::getenv("IDEMLEDGER_TEST_DSN");
+    EXPECT_NE(unix_dsn, nullptr);
+    absl::StatusOr<std::unique_ptr<Connection>> watcher = Connection::open(unix_dsn);
+    absl::StatusOr<std::unique_ptr<Connection>> cut =
+        Connection::open(tcp_dsn_, {.network_timeout = absl::ZeroDuration()});
+    EXPECT_TRUE(watcher.ok() && cut.ok());
+    if (!watcher.ok() || !cut.ok()) return false;
+    absl::StatusOr<Transaction> tx = Transaction::begin(**cut, {.idle_limit = idle_limit});
+    EXPECT_TRUE(tx.ok()) << tx.status();
+    EXPECT_TRUE((*cut)->execute("SELECT pg_advisory_xact_lock(4242)").ok());
+    network(false);
+    const Clock::time_point start = Clock::now();
+    bool free = false;
+    while (!free && seconds_since(start) < after) {
+      absl::StatusOr<Result> r = (*watcher)->execute("SELECT pg_try_advisory_xact_lock(4242)");
+      EXPECT_TRUE(r.ok()) << r.status();
+      free = r.ok() && r->single_row("lock")->get<bool>(0).value_or(false);
+      if (!free) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    freed_after_ = seconds_since(start);
+    network(true);
+    return free;
+  }
+  double freed_after_ = 0;
+};
+
+TEST_F(CutOffMidTransaction, TheServerEndsItAfterTheIdleLimit) {
+  EXPECT_TRUE(lock_free_after(absl::Seconds(1), 10.0)) << "still held 10 s after the cut";
+  EXPECT_LT(freed_after_, 4.0);
+}
+
+// The control: without the limit, the lock is still held 4 s after the cut.
+TEST_F(CutOffMidTransaction, WithoutTheLimitTheLockOutlivesTheClient) {
+  EXPECT_FALSE(lock_free_after(absl::ZeroDuration(), 4.0));
 }
 
 }  // namespace

@@ -548,6 +548,119 @@ TEST_F(DispatcherTest, WorkerKilledBeforeTheClaimCommits_EventsPendingAtOnceAppl
   expect_reconciled();
 }
 
+// A worker's session that freezes the whole worker process (SIGSTOP) right
+// after its claim returns, inside run_once()'s transaction: a host paused,
+// or cut off, between two round trips. Its socket stays open, so the server
+// sees a client that simply says nothing. The rest is forwarded, pipelining
+// included.
+class FreezesAfterClaim : public ForwardingConnection {
+ public:
+  using Connection::execute;
+  using ForwardingConnection::ForwardingConnection;
+  absl::StatusOr<Result> execute(std::string_view sql, std::span<const Param> params) override {
+    absl::StatusOr<Result> r = real_.execute(sql, params);
+    if (sql.find("claim_events") != std::string_view::npos) raise(SIGSTOP);
+    return r;
+  }
+  absl::StatusOr<Result> execute_atomically(std::span<const Statement> statements) override {
+    return real_.execute_atomically(statements);
+  }
+  absl::StatusOr<Result> open_transaction(std::string_view begin_sql,
+                                          std::span<const Statement> then) override {
+    return real_.open_transaction(begin_sql, then);
+  }
+};
+
+// A forked worker that runs run_once() with `limit` and freezes after its
+// claim; its exit code says how run_once() ended: 0 its session was gone
+// (retryable, not in doubt), 2 it applied `events`, 1 anything else.
+pid_t frozen_worker(const LedgerOptions& ledger_opts, const DispatcherOptions& opts, int events) {
+  const pid_t child = fork();
+  if (child != 0) return child;
+  std::unique_ptr<pg::Connection> c = connect();
+  FreezesAfterClaim frozen(*c);
+  Ledger ledger(ledger_opts);
+  absl::StatusOr<int> n = Dispatcher(ledger, opts).run_once(frozen);
+  if (!n.ok()) {
+    _exit(connection_broken(n.status()) && is_retryable(n.status()) && !commit_in_doubt(n.status())
+              ? 0
+              : 1);
+  }
+  _exit(*n == events ? 2 : 1);
+}
+
+// The child's exit code once it ends (after SIGCONT), or -1.
+int exit_code(pid_t child) {
+  kill(child, SIGCONT);
+  int st = 0;
+  if (waitpid(child, &st, 0) != child || !WIFEXITED(st)) return -1;
+  return WEXITSTATUS(st);
+}
+
+// A worker frozen between its claim and its apply (run_once(), one
+// transaction) holds the claimed events locked, so other workers' claims
+// pass them by. With the idle limit the server ends its transaction after
+// that long: the events are pending again, unleased, and another worker
+// applies each exactly once, with no lease to wait out. The frozen worker,
+// thawed, learns its session is gone, and nothing it did committed.
+TEST_F(DispatcherTest, AWorkerFrozenBetweenClaimAndApply_OthersTakeTheEventsAfterTheIdleLimit) {
+  IDEMLEDGER_NEEDS_OWN_SESSION("the server ends the frozen worker's session");
+  constexpr int kEvents = 5;
+  open_account(1, "0");
+  record_pending(kEvents, "3");
+  const DispatcherOptions opts = dispatch_options(
+      {.lease = absl::Minutes(10), .idle_in_transaction_limit = absl::Milliseconds(500)});
+  const pid_t child = frozen_worker(options(), opts, kEvents);
+  int st = 0;
+  ASSERT_EQ(waitpid(child, &st, WUNTRACED), child);
+  ASSERT_TRUE(WIFSTOPPED(st)) << "the worker froze after its claim";
+  const absl::Time frozen_at = absl::Now();
+  Dispatcher d(*ledger_, opts);
+  EXPECT_EQ(*d.run_once(*conn_), 0) << "claimed by the frozen worker, locked";
+  int applied = 0;
+  ASSERT_TRUE(eventually(
+      [&] {
+        absl::StatusOr<int> n = d.run_once(*conn_);
+        applied += n.ok() ? *n : 0;
+        return applied == kEvents;
+      },
+      absl::Seconds(10)));
+  const absl::Duration took = absl::Now() - frozen_at;
+  EXPECT_GE(took, absl::Milliseconds(400));
+  EXPECT_LT(took, absl::Seconds(3)) << "a 0.5-s idle limit, and a 10-min lease never waited out";
+  EXPECT_EQ(exit_code(child), 0) << "the thawed worker's session is gone, nothing in doubt";
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE status = 'confirmed' AND "
+                  "retry_count = 0 AND recovery_count = 0"),
+            kEvents);
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events"), kEvents);
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.dead_letter_queue"), 0);
+  EXPECT_EQ(balance(1), std::to_string(3 * kEvents));
+  expect_reconciled();
+}
+
+// The control, so the case above can fail: without the limit, the frozen
+// worker's claim still holds the events 3 s later; thawed, it applies them.
+TEST_F(DispatcherTest, AWorkerFrozenBetweenClaimAndApply_WithoutTheLimitHoldsItsClaim) {
+  IDEMLEDGER_NEEDS_OWN_SESSION("the same frozen session as the case above");
+  constexpr int kEvents = 5;
+  open_account(1, "0");
+  record_pending(kEvents, "3");
+  const DispatcherOptions opts = dispatch_options(
+      {.lease = absl::Minutes(10), .idle_in_transaction_limit = absl::ZeroDuration()});
+  const pid_t child = frozen_worker(options(), opts, kEvents);
+  int st = 0;
+  ASSERT_EQ(waitpid(child, &st, WUNTRACED), child);
+  ASSERT_TRUE(WIFSTOPPED(st));
+  absl::SleepFor(absl::Seconds(3));
+  EXPECT_EQ(*Dispatcher(*ledger_, opts).run_once(*conn_), 0) << "still locked by the frozen claim";
+  EXPECT_EQ(exit_code(child), 2) << "thawed, the worker applied its claim";
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE status = 'confirmed'"),
+            kEvents);
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events"), kEvents);
+  EXPECT_EQ(balance(1), std::to_string(3 * kEvents));
+  expect_reconciled();
+}
+
 // Several worker processes draining one queue of mixed events.
 TEST_F(DispatcherTest, FourWorkerProcessesDrainTheQueueExactlyOnce) {
   constexpr int kEvents = 400;

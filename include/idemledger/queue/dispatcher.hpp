@@ -51,6 +51,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "idemledger/core/connection.hpp"
 #include "idemledger/core/enum_names.hpp"
 #include "idemledger/core/finality.hpp"
 #include "idemledger/core/log.hpp"
@@ -105,6 +106,13 @@ struct DispatcherOptions {
   // apply_in_batches. (Measured: docs/performance.md, "Claim and apply in
   // one commit".)
   bool apply_with_claim = true;
+  // That shared transaction's idle limit (TransactionOptions::idle_limit):
+  // the claimed events stay locked until it ends, so a worker cut off
+  // between its claim and its apply holds them this long at most; then the
+  // server ends its session, the claim rolls back, and other workers claim
+  // the events. Zero leaves it to the server's setting. At most one hour
+  // (run_once() answers kInvalidArgument).
+  absl::Duration idle_in_transaction_limit = kIdleInTransactionLimit;
   // After a claim that came back short of batch_size (the queue ran dry),
   // how long a worker lets new events gather before it claims again
   // (linger_after()). Fuller claims cost the server less per event — fewer
