@@ -17,6 +17,9 @@
 // IDEMLEDGER_APPLY_WITH_CLAIM (1; 0: the claim commits before the apply),
 // IDEMLEDGER_LEASE_MS (30000), IDEMLEDGER_POLL_MS (500), IDEMLEDGER_CLAIM_LINGER_MS (25: after
 // a short claim, let events gather this long before the next),
+// IDEMLEDGER_IDLE_IN_TRANSACTION_MS (30000: how long the server lets a claim
+// and apply's transaction wait for this worker before it ends the session and
+// the events go back to the queue; 0: the server's own setting),
 // IDEMLEDGER_RETRY_BASE_MS (1000), IDEMLEDGER_DLQ_SPOOL (./dead_letters.spool),
 // IDEMLEDGER_DLQ_SPOOL_KEY (required, >= 32 bytes: seals every spool line, so
 // only what a worker spooled can become a dead letter),
@@ -96,6 +99,9 @@ int run() {
                .log = &logs,
                .apply_in_batches = example::env_long("IDEMLEDGER_APPLY_IN_BATCHES", 1, 0, 1) == 1,
                .apply_with_claim = example::env_long("IDEMLEDGER_APPLY_WITH_CLAIM", 1, 0, 1) == 1,
+               .idle_in_transaction_limit = absl::Milliseconds(example::env_long(
+                   "IDEMLEDGER_IDLE_IN_TRANSACTION_MS",
+                   absl::ToInt64Milliseconds(idemledger::kIdleInTransactionLimit), 0, 3'600'000)),
                .claim_linger = absl::Milliseconds(
                    example::env_long("IDEMLEDGER_CLAIM_LINGER_MS", 25, 0, 1'000))});
   // One connection per worker thread, one more for scrapes.

@@ -56,7 +56,7 @@ TEST_F(WorkerSpool, WithoutAKeyTheWorkerDoesNotStart) {
 
 // A setting out of its range stops the worker with the rule, before it
 // claims anything: batching is on or off, the claim linger 0..1000 ms, the
-// spares' patience 0..60000 ms.
+// spares' patience 0..60000 ms, the idle limit 0..3600000 ms.
 TEST_F(WorkerSpool, ABadSettingStopsTheWorkerWithTheRule) {
   struct Case {
     std::string variable, value, rule;
@@ -74,6 +74,11 @@ TEST_F(WorkerSpool, ABadSettingStopsTheWorkerWithTheRule) {
       {"IDEMLEDGER_SPARE_AFTER_MS", "-1", "must be an integer in [0, 60000]"},
       {"IDEMLEDGER_SPARE_AFTER_MS", "20ms", "must be an integer in [0, 60000]"},
       {"IDEMLEDGER_SPARE_AFTER_MS", "99999999999999999999", "must be an integer in [0, 60000]"},
+      {"IDEMLEDGER_IDLE_IN_TRANSACTION_MS", "3600001", "must be an integer in [0, 3600000]"},
+      {"IDEMLEDGER_IDLE_IN_TRANSACTION_MS", "-1", "must be an integer in [0, 3600000]"},
+      {"IDEMLEDGER_IDLE_IN_TRANSACTION_MS", "30s", "must be an integer in [0, 3600000]"},
+      {"IDEMLEDGER_IDLE_IN_TRANSACTION_MS", "99999999999999999999",
+       "must be an integer in [0, 3600000]"},
   };
   for (const Case& c : cases) {
     const Finished f = run_to_exit(IDEMLEDGER_OUTBOX_WORKER_BINARY,
