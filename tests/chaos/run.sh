@@ -8,6 +8,10 @@
 # mock_downstream, while a chaos driver (loopback only, bounded in time and
 # count) keeps doing all of:
 #   - SIGKILL a random worker every ~2 s, and start a new one;
+#   - freeze a random worker (SIGSTOP) for 5 s every ~9 s, as a paused host:
+#     a claim-and-apply it froze inside is ended by the server after the
+#     workers' idle limit (1.5 s here) and its events go to other workers;
+#     leases it holds expire (3 s); thawed, it must double nothing;
 #   - SIGKILL a random relay every ~7 s, and start a new one;
 #   - SIGKILL webhook_intake every ~10 s, group commits in flight, and check,
 #     while it is down, that every event id the provider got a 200 for is in
@@ -105,7 +109,7 @@ if ((partitions > 0)); then
 fi
 started=$(date +%s)
 # What was done when, for the timeline chart: one file per kind, one time a line.
-marks=(worker_kill relay_kill intake_kill api_outage db_restart db_crash db_failover db_partition)
+marks=(worker_kill worker_freeze relay_kill intake_kill api_outage db_restart db_crash db_failover db_partition)
 for m in "${marks[@]}"; do : >"$logs/marks_$m.tsv"; done
 mark() { date +%s.%N >>"$logs/marks_$1.tsv"; }
 "$bin/provider_simulator/provider_simulator" setup >/dev/null
@@ -138,6 +142,7 @@ start_intake 0 "$logs/intake.log"
 start_worker() {
   IDEMLEDGER_DSN="$service_dsn application_name=chaos_worker" IDEMLEDGER_WORKER_THREADS=2 \
     IDEMLEDGER_LEASE_MS=3000 IDEMLEDGER_RETRY_BASE_MS=200 IDEMLEDGER_POLL_MS=200 \
+    IDEMLEDGER_IDLE_IN_TRANSACTION_MS=1500 \
     IDEMLEDGER_WRITE_NOTIFICATIONS=1 IDEMLEDGER_DLQ_SPOOL="$logs/worker$1.spool" \
     "$bin/outbox_worker/outbox_worker" >>"$logs/worker$1.log" 2>&1 &
   worker_pid[$1]=$!
@@ -215,7 +220,7 @@ chaos_kill() {  # NAME PID LOG MARK
   mark "$4"
 }
 
-kills=0 relay_kills=0 intake_kills=0 acks_checked=0 acked_missing=0 api_outages=0 conn_kills=0 db_restarts=0 lock_holds=0
+kills=0 freezes=0 relay_kills=0 intake_kills=0 acks_checked=0 acked_missing=0 api_outages=0 conn_kills=0 db_restarts=0 lock_holds=0
 failovers_done=0 failover_seconds=() partitions_done=0
 tick=0
 chaos_end=$(($(date +%s) + chaos_s))
@@ -228,6 +233,14 @@ while (($(date +%s) < chaos_end)); do
     chaos_kill "worker $w" "${worker_pid[$w]}" "$logs/worker$w.log" worker_kill
     kills=$((kills + 1))
     start_worker "$w"
+  fi
+  if ((tick % 18 == 11)); then  # ~9 s: freeze a worker for 5 s (a kill meanwhile ends it as well)
+    w=$((RANDOM % 4 + 1))
+    fail_if_ended "worker $w" "${worker_pid[$w]}" "$logs/worker$w.log" any
+    kill -STOP "${worker_pid[$w]}"
+    mark worker_freeze
+    (sleep 5 && kill -CONT "${worker_pid[$w]}" 2>/dev/null) &
+    freezes=$((freezes + 1))
   fi
   if ((tick % 14 == 7)); then  # ~7 s: SIGKILL a relay, deliveries in flight, start a new one
     r=$((RANDOM % 2 + 1))
@@ -289,7 +302,8 @@ while (($(date +%s) < chaos_end)); do
     failovers_done=$((failovers_done + 1))
   fi
 done
-echo "chaos: stopped after ${chaos_s}s ($kills worker kills, $relay_kills relay kills, $intake_kills intake kills, $api_outages API outages, $conn_kills connection kills, $db_restarts restarts, $failovers_done failovers, $partitions_done partitions, $lock_holds lock holds); waiting for the provider"
+for p in "${worker_pid[@]}"; do kill -CONT "$p" 2>/dev/null || true; done  # a freeze still on
+echo "chaos: stopped after ${chaos_s}s ($kills worker kills, $freezes worker freezes, $relay_kills relay kills, $intake_kills intake kills, $api_outages API outages, $conn_kills connection kills, $db_restarts restarts, $failovers_done failovers, $partitions_done partitions, $lock_holds lock holds); waiting for the provider"
 
 # The provider ends once every event is final (or after SIM_WAIT_S); the
 # services it waits for are still watched meanwhile.
@@ -410,6 +424,14 @@ row "deliveries (both rounds, bad ones included)" "$(sed -n 's/^provider: round.
 row "duplicates absorbed" "$(sed -n 's/.*duplicates absorbed *\([0-9]*\).*/\1/p' "$logs/provider.log")"
 row "deliveries refused (429/503), then redelivered" "$(sed -n 's/.*redelivered after 429\/503 *\([0-9]*\).*/\1/p' "$logs/provider.log")"
 row "workers SIGKILLed" "$kills"
+row "workers frozen 5 s (SIGSTOP), then thawed" "$freezes"
+# The server's own word for each transaction it ended because its client said
+# nothing past the idle limit: a worker frozen, or cut off by a partition,
+# inside its claim-and-apply (single server).
+server_log=${IDEMLEDGER_PG_DATA:-}/../server.log
+if [[ -n "${IDEMLEDGER_PG_DATA:-}" && -f "$server_log" ]]; then
+  row "transactions the server ended for idling" "$(grep -c "idle-in-transaction timeout" "$server_log" || true)"
+fi
 row "worker connections killed by the server" "$conn_kills"
 if ((failovers > 0)); then
   verdict "failovers (primary SIGKILLed, standby promoted, rejoined)" "$failovers_done" "$failovers"
