@@ -437,7 +437,10 @@ absl::Status HttpRelayTransport::operator()(const idemledger::RelayMessage& m) c
   }
   std::string body =
       R"({"topic":)" + nlohmann::json(m.topic).dump() + R"(,"message":)" + m.payload + "}";
-  const int64_t deadline_ms = absl::ToUnixMillis(absl::Now()) + timeout_ms_;
+  // The downstream should not act on this call after the caller stops
+  // waiting, nor after the relay's claim ends (a process paused past it).
+  const int64_t deadline_ms =
+      std::min(absl::ToUnixMillis(absl::Now()) + timeout_ms_, absl::ToUnixMillis(m.claimed_until));
   return classify_http(
       caller->post(std::move(body), {{"Idempotency-Key", "outbox-" + std::to_string(m.outbox_id)},
                                      {"X-Relay-Topic", m.topic},

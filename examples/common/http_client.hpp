@@ -136,10 +136,13 @@ void run_senders(const Url& url, int senders, std::chrono::milliseconds timeout,
 // POSTs {"topic": ..., "message": <the outbox row's JSON, unchanged>} with
 // Idempotency-Key (outbox-<id>), X-Relay-Topic, X-Relay-Dlq-Retries and
 // X-Relay-Deadline: the Unix time in milliseconds at which this attempt stops
-// waiting for its answer. Past it the relay counts the call failed and sends
-// the message again later, so an API that acts on a request it dequeues after
-// that moment delivers it twice; it may refuse such a request unacted (504),
-// or act on it and let the Idempotency-Key tell the two apart.
+// waiting for its answer, or the relay's claim on the message ends if that
+// is sooner (RelayMessage::claimed_until: only a process paused past its
+// lease gets that close to it). Past it the relay counts the call failed, or
+// another replica may hold the message, and it is sent again later, so an
+// API that acts on a request it dequeues after that moment delivers it twice;
+// it may refuse such a request unacted (504), or act on it and let the
+// Idempotency-Key tell the two apart.
 class HttpRelayTransport {
  public:
   HttpRelayTransport(const std::string& url, long timeout_ms)

@@ -92,8 +92,17 @@ absl::StatusOr<std::vector<RelayMessage>> Relay::claim_dead_letters(Connection& 
   return store_->claim_dead_letters(conn, owner(), options_.lease, limit);
 }
 
-absl::Status Relay::send_with_retries(const RelayMessage& message) const {
-  return with_retries(options_.retry, [&] { return options_.transport(message); });
+Relay::Sent Relay::send_with_retries(const RelayMessage& message) const {
+  Sent sent;
+  sent.status = with_retries(options_.retry, [&]() -> absl::Status {
+    if (absl::Now() >= message.claimed_until) {
+      sent.lease_ended = true;
+      return absl::FailedPreconditionError("the claim ended before the call");  // stops retrying
+    }
+    ++sent.calls;
+    return options_.transport(message);
+  });
+  return sent;
 }
 
 absl::StatusOr<Relay::Delivery> Relay::deliver(Connection& conn, const RelayMessage& message,
@@ -130,7 +139,20 @@ Relay::Attempt Relay::attempt(Connection& conn, const RelayMessage& message, boo
       return record_dead_letter(c, message, *policy, kRequeueQueryFailed);
     }};
   }
-  const absl::Status sent = send_with_retries(message);
+  const Sent tried = send_with_retries(message);
+  if (tried.lease_ended) {
+    // This process was paused past its claim (nothing else takes that long:
+    // the lease outlasts a whole delivery). Another replica may hold the row
+    // now and be delivering it: whoever holds it decides, and nothing more
+    // is sent or written from here.
+    log_message(LogLevel::kWarning, "not sent: the claim ended first (was this process paused?)",
+                message, "");
+    return {.record = [](Connection&) -> absl::StatusOr<RelayDisposition> {
+              return RelayDisposition::kNotClaimed;
+            },
+            .called_downstream = tried.calls > 0};
+  }
+  const absl::Status& sent = tried.status;
   // A refusal is an answer: the downstream is up, the message is wrong.
   report_downstream(conn, probe, sent.ok() || !is_retryable(sent));
   Attempt sent_attempt{.called_downstream = true};

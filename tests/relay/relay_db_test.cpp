@@ -166,6 +166,52 @@ TEST_F(RelayTest, ClaimedRowsAreExclusiveUntilTheLeaseEnds) {
   EXPECT_EQ(a.claim_outbox(*conn_, 10)->size(), 1u) << "released rows are claimable at once";
 }
 
+// A replica paused past its lease (a frozen VM, SIGSTOP, swap) between its
+// claim and its call: meanwhile the row's lease ran out and another replica
+// claimed and delivered it. Thawed, the first sends nothing: the downstream
+// is called once, and the first's delivery answers that its claim is gone.
+// Each time it looks, from the outbox and from the DLQ.
+TEST_F(RelayTest, AReplicaPausedPastItsLeaseSendsNothing) {
+  for (const bool from_dead_letters : {false, true}) {
+    SCOPED_TRACE(from_dead_letters ? "a dead letter" : "an outbox row");
+    const std::int64_t id = add_credit(from_dead_letters ? 2 : 1);
+    RelayOptions a_options = relay_options();
+    a_options.owner = "replica-a";
+    a_options.lease = absl::Milliseconds(300);
+    RelayOptions b_options = relay_options();
+    b_options.owner = "replica-b";
+    const std::unique_ptr<Relay> a = make(a_options);
+    const std::unique_ptr<Relay> b = make(b_options);
+    if (from_dead_letters) {
+      downstream_.answer(absl::UnavailableError("503"));
+      ASSERT_EQ(deliver_all(*b), std::vector<D>{D::kDeadLettered});
+      downstream_.answer(absl::OkStatus());
+    }
+    const int calls_before = downstream_.total_calls();
+    absl::StatusOr<std::vector<RelayMessage>> paused =
+        from_dead_letters ? a->claim_dead_letters(*conn_, 1) : a->claim_outbox(*conn_, 1);
+    ASSERT_TRUE(paused.ok() && paused->size() == 1u);
+    EXPECT_LE(paused->front().claimed_until, absl::Now() + absl::Milliseconds(300))
+        << "the claim's end by this process's clock is never past the server's";
+    absl::SleepFor(absl::Milliseconds(400));  // the pause
+    EXPECT_EQ(deliver_all(*b, from_dead_letters), std::vector<D>{D::kDelivered});
+    absl::StatusOr<Relay::Delivery> late = a->deliver(*conn_, paused->front());
+    ASSERT_TRUE(late.ok()) << late.status();
+    EXPECT_EQ(late->disposition, D::kNotClaimed);
+    EXPECT_FALSE(late->called_downstream);
+    EXPECT_EQ(downstream_.total_calls(), calls_before + 1) << "delivered once, by b";
+    EXPECT_EQ(downstream_.calls(id), from_dead_letters ? 3 : 1);
+    EXPECT_EQ(count(from_dead_letters
+                        ? fmt::format("SELECT count(*) FROM {{schema}}.relay_dead_letters WHERE "
+                                      "outbox_id = {} AND resolution = 'delivered'",
+                                      id)
+                        : fmt::format("SELECT count(*) FROM {{schema}}.outbox WHERE id = {} AND "
+                                      "published_at IS NOT NULL",
+                                      id)),
+              1);
+  }
+}
+
 TEST_F(RelayTest, AFailedDeliveryBecomesAnEnvelopeAroundTheUnchangedMessageAndPausesAll) {
   const std::int64_t id = add_credit(1);
   const std::string payload = scalar("SELECT payload::text FROM {schema}.outbox");

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <system_error>
@@ -223,6 +224,52 @@ LoopbackServer::ServeAll rounds(int rounds) {
       }
     }
   };
+}
+
+// The relay transport's X-Relay-Deadline: when its call stops waiting, or
+// when the relay's claim on the message ends if that is sooner (a process
+// paused past its lease must not have a downstream act on a call another
+// replica may be making too).
+TEST(RelayTransport, TheDeadlineIsTheCallsOrTheClaimsWhicheverIsSooner) {
+  std::mutex mu;
+  std::vector<long long> deadlines;
+  LoopbackServer server([&](tcp::socket& s) {
+    for (;;) {
+      asio::streambuf b;
+      boost::system::error_code ec;
+      asio::read_until(s, b, "\r\n\r\n", ec);
+      if (ec) return;
+      const std::string head(asio::buffers_begin(b.data()), asio::buffers_end(b.data()));
+      const std::size_t at = head.find("X-Relay-Deadline: ");
+      if (at != std::string::npos) {
+        const std::lock_guard lock(mu);
+        deadlines.push_back(std::stoll(head.substr(at + 18)));
+      }
+      asio::write(s, asio::buffer(std::string("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")), ec);
+    }
+  });
+  const HttpRelayTransport post(server.url("/notify"), 2000);
+  const auto now_ms = [] { return absl::ToUnixMillis(absl::Now()); };
+  long long unclaimed_at = 0, claim_ends = 0, claim_ended = 0;
+  // On a thread of its own: the transport keeps its connection per thread,
+  // and the server's end waits for it to close.
+  std::thread([&] {
+    idemledger::RelayMessage m{.outbox_id = 7, .topic = "credited", .payload = "{}"};
+    unclaimed_at = now_ms();
+    EXPECT_TRUE(post(m).ok());
+    m.claimed_until = absl::Now() + absl::Milliseconds(300);
+    claim_ends = absl::ToUnixMillis(m.claimed_until);
+    EXPECT_TRUE(post(m).ok());
+    m.claimed_until = absl::Now() - absl::Seconds(1);  // already over: the API is told so
+    claim_ended = absl::ToUnixMillis(m.claimed_until);
+    EXPECT_TRUE(post(m).ok());
+  }).join();
+  const std::lock_guard lock(mu);
+  ASSERT_EQ(deadlines.size(), 3u);
+  EXPECT_GE(deadlines[0], unclaimed_at + 2000) << "the call's own 2 s";
+  EXPECT_LT(deadlines[0], unclaimed_at + 3000);
+  EXPECT_EQ(deadlines[1], claim_ends) << "the claim ends before the call would";
+  EXPECT_EQ(deadlines[2], claim_ended);
 }
 
 TEST(RunSenders, SendersRunAtOnceOnTheCallingThread) {

@@ -44,6 +44,14 @@ struct RelayMessage {
   int dlq_retries = 0;
   absl::Duration since_first_dlq;  // measured by the server at claim time
   std::string reason;              // why it was dead-lettered last
+  // When this process's claim on it ends, by this process's clock: the time
+  // taken just before the claim was sent, plus the lease, so never after the
+  // lease the server granted. The relay starts no call past it (a process
+  // paused that long must not send what another replica may be delivering),
+  // and a transport should tell the downstream not to act on a call after it
+  // (the example transport's X-Relay-Deadline). Infinite for a message this
+  // process did not claim.
+  absl::Time claimed_until = absl::InfiniteFuture();
 
   [[nodiscard]] bool from_dead_letters() const { return dead_letter_id != 0; }
 };

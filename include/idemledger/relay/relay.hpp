@@ -47,6 +47,11 @@
 //   after its lease.
 // A lease never expires under a live delivery (lease > retry.max_attempts ×
 // (transport timeout + retry.max_delay)), so two replicas never hold one row.
+// A process paused past its lease (a frozen VM, SIGSTOP, swap) is the
+// exception, and it sends nothing once its claim has ended by its own clock
+// (RelayMessage::claimed_until): each call checks first, and the transport
+// gets that end to pass on (the example transport's X-Relay-Deadline), so a
+// downstream that honours it ignores a call that reached it too late.
 // The example transport sends the outbox id as an idempotency key, so the
 // downstream can tell, and the attempt's deadline, so it can refuse work its
 // caller gave up on.
@@ -237,7 +242,12 @@ class Relay {
   };
   [[nodiscard]] Attempt attempt(Connection& conn, const RelayMessage& message, bool probe);
   [[nodiscard]] absl::StatusOr<Delivery> finish(Connection& conn, const Attempt& attempt);
-  [[nodiscard]] absl::Status send_with_retries(const RelayMessage& message) const;
+  struct Sent {
+    absl::Status status;
+    int calls = 0;             // how many times the transport was called
+    bool lease_ended = false;  // stopped: the claim ran out before a call
+  };
+  [[nodiscard]] Sent send_with_retries(const RelayMessage& message) const;
   // One pass of run()'s loop on one session; false if there was nothing to do.
   bool cycle(Connection& conn, internal::DeliveryPool& pool);
   // Delivery on a pool thread, with the outcome written again on a fresh

@@ -106,6 +106,7 @@ absl::StatusOr<std::vector<RelayMessage>> RelayStore::claim_outbox(Connection& c
                                                                    std::string_view owner,
                                                                    absl::Duration lease,
                                                                    int limit) const {
+  const absl::Time claimed_until = absl::Now() + lease;  // before the server's now()
   absl::StatusOr<Result> r = conn.execute(claim_outbox_, Params(owner, lease, limit));
   if (!r.ok()) return r.status();
   std::vector<RelayMessage> messages;
@@ -115,7 +116,10 @@ absl::StatusOr<std::vector<RelayMessage>> RelayStore::claim_outbox(Connection& c
     auto read = row.read<std::int64_t, std::string, std::string>();
     if (!read.ok()) return read.status();
     auto& [id, topic, payload] = *read;
-    messages.push_back({.outbox_id = id, .topic = std::move(topic), .payload = std::move(payload)});
+    messages.push_back({.outbox_id = id,
+                        .topic = std::move(topic),
+                        .payload = std::move(payload),
+                        .claimed_until = claimed_until});
   }
   std::sort(messages.begin(), messages.end(),
             [](const RelayMessage& a, const RelayMessage& b) { return a.outbox_id < b.outbox_id; });
@@ -126,6 +130,7 @@ absl::StatusOr<std::vector<RelayMessage>> RelayStore::claim_dead_letters(Connect
                                                                          std::string_view owner,
                                                                          absl::Duration lease,
                                                                          int limit) const {
+  const absl::Time claimed_until = absl::Now() + lease;  // before the server's now()
   absl::StatusOr<Result> r = conn.execute(claim_dead_letters_, Params(owner, lease, limit));
   if (!r.ok()) return r.status();
   std::vector<RelayMessage> messages;
@@ -142,7 +147,8 @@ absl::StatusOr<std::vector<RelayMessage>> RelayStore::claim_dead_letters(Connect
                         .dead_letter_id = letter_id,
                         .dlq_retries = retries,
                         .since_first_dlq = absl::Milliseconds(age_ms),
-                        .reason = std::move(reason)});
+                        .reason = std::move(reason),
+                        .claimed_until = claimed_until});
   }
   return messages;
 }
