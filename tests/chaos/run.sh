@@ -13,6 +13,8 @@
 #     workers' idle limit (1.5 s here) and its events go to other workers;
 #     leases it holds expire (3 s); thawed, it must double nothing;
 #   - SIGKILL a random relay every ~7 s, and start a new one;
+#   - freeze a random relay for 15 s every ~30 s, past its 13-s lease: the
+#     other relay takes its messages over, and thawed, it sends none of them;
 #   - SIGKILL webhook_intake every ~10 s, group commits in flight, and check,
 #     while it is down, that every event id the provider got a 200 for is in
 #     payment_events (a 200 is sent only after the commit); then start it again
@@ -109,7 +111,7 @@ if ((partitions > 0)); then
 fi
 started=$(date +%s)
 # What was done when, for the timeline chart: one file per kind, one time a line.
-marks=(worker_kill worker_freeze relay_kill intake_kill api_outage db_restart db_crash db_failover db_partition)
+marks=(worker_kill worker_freeze relay_kill relay_freeze intake_kill api_outage db_restart db_crash db_failover db_partition)
 for m in "${marks[@]}"; do : >"$logs/marks_$m.tsv"; done
 mark() { date +%s.%N >>"$logs/marks_$1.tsv"; }
 "$bin/provider_simulator/provider_simulator" setup >/dev/null
@@ -220,7 +222,7 @@ chaos_kill() {  # NAME PID LOG MARK
   mark "$4"
 }
 
-kills=0 freezes=0 relay_kills=0 intake_kills=0 acks_checked=0 acked_missing=0 api_outages=0 conn_kills=0 db_restarts=0 lock_holds=0
+kills=0 freezes=0 relay_kills=0 relay_freezes=0 intake_kills=0 acks_checked=0 acked_missing=0 api_outages=0 conn_kills=0 db_restarts=0 lock_holds=0
 failovers_done=0 failover_seconds=() partitions_done=0
 tick=0
 chaos_end=$(($(date +%s) + chaos_s))
@@ -241,6 +243,14 @@ while (($(date +%s) < chaos_end)); do
     mark worker_freeze
     (sleep 5 && kill -CONT "${worker_pid[$w]}" 2>/dev/null) &
     freezes=$((freezes + 1))
+  fi
+  if ((tick % 60 == 40)); then  # ~30 s: freeze a relay for 15 s, past its lease
+    r=$((RANDOM % 2 + 1))
+    fail_if_ended "relay $r" "${relay_pid[$r]}" "$logs/relay$r.log" any
+    kill -STOP "${relay_pid[$r]}"
+    mark relay_freeze
+    (sleep 15 && kill -CONT "${relay_pid[$r]}" 2>/dev/null) &
+    relay_freezes=$((relay_freezes + 1))
   fi
   if ((tick % 14 == 7)); then  # ~7 s: SIGKILL a relay, deliveries in flight, start a new one
     r=$((RANDOM % 2 + 1))
@@ -302,8 +312,8 @@ while (($(date +%s) < chaos_end)); do
     failovers_done=$((failovers_done + 1))
   fi
 done
-for p in "${worker_pid[@]}"; do kill -CONT "$p" 2>/dev/null || true; done  # a freeze still on
-echo "chaos: stopped after ${chaos_s}s ($kills worker kills, $freezes worker freezes, $relay_kills relay kills, $intake_kills intake kills, $api_outages API outages, $conn_kills connection kills, $db_restarts restarts, $failovers_done failovers, $partitions_done partitions, $lock_holds lock holds); waiting for the provider"
+for p in "${worker_pid[@]}" "${relay_pid[@]}"; do kill -CONT "$p" 2>/dev/null || true; done  # a freeze still on
+echo "chaos: stopped after ${chaos_s}s ($kills worker kills, $freezes worker freezes, $relay_kills relay kills, $relay_freezes relay freezes, $intake_kills intake kills, $api_outages API outages, $conn_kills connection kills, $db_restarts restarts, $failovers_done failovers, $partitions_done partitions, $lock_holds lock holds); waiting for the provider"
 
 # The provider ends once every event is final (or after SIM_WAIT_S); the
 # services it waits for are still watched meanwhile.
@@ -442,6 +452,7 @@ fi
 ((partitions == 0)) || verdict "database partitions (its address gone 12 s, packets dropped)" "$partitions_done" "$partitions"
 row "hot-user lock holds (2 s)" "$lock_holds"
 row "relays SIGKILLed" "$relay_kills"
+row "relays frozen 15 s, past their lease (SIGSTOP)" "$relay_freezes"
 row "intake SIGKILLed (ids acknowledged before the last kill)" "$intake_kills ($acks_checked)"
 verdict "answered 200, not in the table when intake died" "$acked_missing" 0
 row "API outages (503 for 3 s)" "$api_outages"
@@ -474,10 +485,12 @@ row "delivered (after a stay in the relay's DLQ)" "$published ($via_dlq)"
 verdict "notifications not delivered" "$unsettled" 0
 verdict "dropped or quarantined" "$((dropped + quarantined))" 0
 verdict "delivered but never received by the API" "$((published - received))" 0
-# A 2xx whose mark was lost (relay killed, its session killed, the database
-# restarting or cut off) is delivered again after the lease, with the same key.
+# A 2xx whose mark was lost (relay killed or frozen past its lease, its
+# session killed, the database restarting or cut off) is delivered again after
+# the lease, with the same key. A frozen relay sends nothing once its claim
+# has ended: what it sends after the thaw is late, by the deadline it sends.
 row "received twice (acted on after the relay gave up)" "$received_twice ($received_late)"
-mark_losses=$(((relay_kills + conn_kills + (db_restarts + failovers_done + partitions_done) * 2) * relay_in_flight))
+mark_losses=$(((relay_kills + relay_freezes + conn_kills + (db_restarts + failovers_done + partitions_done) * 2) * relay_in_flight))
 verdict "received twice beyond what late answers and lost marks explain" \
   "$((twice_not_late > mark_losses ? twice_not_late : 0))" 0
 if ((failovers > 0)); then
