@@ -221,6 +221,14 @@ chaos_kill() {  # NAME PID LOG MARK
   wait "$2" 2>/dev/null || true
   mark "$4"
 }
+# SIGSTOP NAME's PID (after checking that it still ran) for SECONDS, then
+# SIGCONT: a paused host, back with whatever it held.
+chaos_freeze() {  # NAME PID LOG MARK SECONDS
+  fail_if_ended "$1" "$2" "$3" any
+  kill -STOP "$2"
+  mark "$4"
+  (sleep "$5" && kill -CONT "$2" 2>/dev/null) &
+}
 
 kills=0 freezes=0 relay_kills=0 relay_freezes=0 intake_kills=0 acks_checked=0 acked_missing=0 api_outages=0 conn_kills=0 db_restarts=0 lock_holds=0
 failovers_done=0 failover_seconds=() partitions_done=0
@@ -238,18 +246,12 @@ while (($(date +%s) < chaos_end)); do
   fi
   if ((tick % 18 == 11)); then  # ~9 s: freeze a worker for 5 s (a kill meanwhile ends it as well)
     w=$((RANDOM % 4 + 1))
-    fail_if_ended "worker $w" "${worker_pid[$w]}" "$logs/worker$w.log" any
-    kill -STOP "${worker_pid[$w]}"
-    mark worker_freeze
-    (sleep 5 && kill -CONT "${worker_pid[$w]}" 2>/dev/null) &
+    chaos_freeze "worker $w" "${worker_pid[$w]}" "$logs/worker$w.log" worker_freeze 5
     freezes=$((freezes + 1))
   fi
   if ((tick % 60 == 40)); then  # ~30 s: freeze a relay for 15 s, past its lease
     r=$((RANDOM % 2 + 1))
-    fail_if_ended "relay $r" "${relay_pid[$r]}" "$logs/relay$r.log" any
-    kill -STOP "${relay_pid[$r]}"
-    mark relay_freeze
-    (sleep 15 && kill -CONT "${relay_pid[$r]}" 2>/dev/null) &
+    chaos_freeze "relay $r" "${relay_pid[$r]}" "$logs/relay$r.log" relay_freeze 15
     relay_freezes=$((relay_freezes + 1))
   fi
   if ((tick % 14 == 7)); then  # ~7 s: SIGKILL a relay, deliveries in flight, start a new one

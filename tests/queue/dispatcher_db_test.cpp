@@ -63,6 +63,29 @@ class DispatcherTest : public LedgerTest {
               events);
     EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events"), events);
   }
+  // Runs d.run_once() on this test's session until `events` events were
+  // applied (true) or `patience` ran out.
+  bool run_once_until_applied(const Dispatcher& d, int events, absl::Duration patience) {
+    int applied = 0;
+    return eventually(
+        [&] {
+          absl::StatusOr<int> n = d.run_once(*conn_);
+          applied += n.ok() ? *n : 0;
+          return applied == events;
+        },
+        patience);
+  }
+  // `events` deposits of `amount` to user 1, each confirmed on its first
+  // try (no retry, no lease recovered), one ledger entry each, no dead letter.
+  void expect_each_applied_once_first_try(int events, int amount) {
+    EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE status = 'confirmed' AND "
+                    "retry_count = 0 AND recovery_count = 0"),
+              events);
+    EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events"), events);
+    EXPECT_EQ(count("SELECT count(*) FROM {schema}.dead_letter_queue"), 0);
+    EXPECT_EQ(balance(1), std::to_string(amount * events));
+    expect_reconciled();
+  }
   long non_terminal() {
     return count(
         "SELECT count(*) FROM {schema}.payment_events WHERE status NOT IN ('confirmed', 'failed')");
@@ -531,21 +554,8 @@ TEST_F(DispatcherTest, WorkerKilledBeforeTheClaimCommits_EventsPendingAtOnceAppl
 
   // The orphaned backend finishes its statement, finds its client gone and
   // rolls back; then the events are claimable at once.
-  int applied = 0;
-  ASSERT_TRUE(eventually(
-      [&] {
-        absl::StatusOr<int> n = d.run_once(*conn_);
-        applied += n.ok() ? *n : 0;
-        return applied == kEvents;
-      },
-      absl::Seconds(10)));
-  EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE status = 'confirmed' AND "
-                  "retry_count = 0 AND recovery_count = 0"),
-            kEvents);
-  EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events"), kEvents);
-  EXPECT_EQ(count("SELECT count(*) FROM {schema}.dead_letter_queue"), 0);
-  EXPECT_EQ(balance(1), std::to_string(3 * kEvents));
-  expect_reconciled();
+  ASSERT_TRUE(run_once_until_applied(d, kEvents, absl::Seconds(10)));
+  expect_each_applied_once_first_try(kEvents, 3);
 }
 
 // A worker's session that freezes the whole worker process (SIGSTOP) right
@@ -597,68 +607,53 @@ int exit_code(pid_t child) {
   return WEXITSTATUS(st);
 }
 
+// A worker (forked) frozen right after its claim of kEvents deposits of 3,
+// inside run_once()'s transaction, with `idle_limit`.
+class FrozenWorker : public DispatcherTest {
+ protected:
+  static constexpr int kEvents = 5;
+  pid_t start(absl::Duration idle_limit) {
+    open_account(1, "0");
+    record_pending(kEvents, "3");
+    opts_ = dispatch_options({.lease = absl::Minutes(10), .idle_in_transaction_limit = idle_limit});
+    const pid_t child = frozen_worker(options(), opts_, kEvents);
+    int st = 0;
+    EXPECT_EQ(waitpid(child, &st, WUNTRACED), child);
+    EXPECT_TRUE(WIFSTOPPED(st)) << "the worker froze after its claim";
+    return child;
+  }
+  DispatcherOptions opts_;
+};
+
 // A worker frozen between its claim and its apply (run_once(), one
 // transaction) holds the claimed events locked, so other workers' claims
 // pass them by. With the idle limit the server ends its transaction after
 // that long: the events are pending again, unleased, and another worker
 // applies each exactly once, with no lease to wait out. The frozen worker,
 // thawed, learns its session is gone, and nothing it did committed.
-TEST_F(DispatcherTest, AWorkerFrozenBetweenClaimAndApply_OthersTakeTheEventsAfterTheIdleLimit) {
+TEST_F(FrozenWorker, OthersTakeItsEventsAfterTheIdleLimit) {
   IDEMLEDGER_NEEDS_OWN_SESSION("the server ends the frozen worker's session");
-  constexpr int kEvents = 5;
-  open_account(1, "0");
-  record_pending(kEvents, "3");
-  const DispatcherOptions opts = dispatch_options(
-      {.lease = absl::Minutes(10), .idle_in_transaction_limit = absl::Milliseconds(500)});
-  const pid_t child = frozen_worker(options(), opts, kEvents);
-  int st = 0;
-  ASSERT_EQ(waitpid(child, &st, WUNTRACED), child);
-  ASSERT_TRUE(WIFSTOPPED(st)) << "the worker froze after its claim";
+  const pid_t child = start(absl::Milliseconds(500));
   const absl::Time frozen_at = absl::Now();
-  Dispatcher d(*ledger_, opts);
+  Dispatcher d(*ledger_, opts_);
   EXPECT_EQ(*d.run_once(*conn_), 0) << "claimed by the frozen worker, locked";
-  int applied = 0;
-  ASSERT_TRUE(eventually(
-      [&] {
-        absl::StatusOr<int> n = d.run_once(*conn_);
-        applied += n.ok() ? *n : 0;
-        return applied == kEvents;
-      },
-      absl::Seconds(10)));
+  ASSERT_TRUE(run_once_until_applied(d, kEvents, absl::Seconds(10)));
   const absl::Duration took = absl::Now() - frozen_at;
   EXPECT_GE(took, absl::Milliseconds(400));
   EXPECT_LT(took, absl::Seconds(3)) << "a 0.5-s idle limit, and a 10-min lease never waited out";
   EXPECT_EQ(exit_code(child), 0) << "the thawed worker's session is gone, nothing in doubt";
-  EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE status = 'confirmed' AND "
-                  "retry_count = 0 AND recovery_count = 0"),
-            kEvents);
-  EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events"), kEvents);
-  EXPECT_EQ(count("SELECT count(*) FROM {schema}.dead_letter_queue"), 0);
-  EXPECT_EQ(balance(1), std::to_string(3 * kEvents));
-  expect_reconciled();
+  expect_each_applied_once_first_try(kEvents, 3);
 }
 
 // The control, so the case above can fail: without the limit, the frozen
 // worker's claim still holds the events 3 s later; thawed, it applies them.
-TEST_F(DispatcherTest, AWorkerFrozenBetweenClaimAndApply_WithoutTheLimitHoldsItsClaim) {
+TEST_F(FrozenWorker, WithoutTheLimitItHoldsItsClaim) {
   IDEMLEDGER_NEEDS_OWN_SESSION("the same frozen session as the case above");
-  constexpr int kEvents = 5;
-  open_account(1, "0");
-  record_pending(kEvents, "3");
-  const DispatcherOptions opts = dispatch_options(
-      {.lease = absl::Minutes(10), .idle_in_transaction_limit = absl::ZeroDuration()});
-  const pid_t child = frozen_worker(options(), opts, kEvents);
-  int st = 0;
-  ASSERT_EQ(waitpid(child, &st, WUNTRACED), child);
-  ASSERT_TRUE(WIFSTOPPED(st));
+  const pid_t child = start(absl::ZeroDuration());
   absl::SleepFor(absl::Seconds(3));
-  EXPECT_EQ(*Dispatcher(*ledger_, opts).run_once(*conn_), 0) << "still locked by the frozen claim";
+  EXPECT_EQ(*Dispatcher(*ledger_, opts_).run_once(*conn_), 0) << "still locked by the frozen claim";
   EXPECT_EQ(exit_code(child), 2) << "thawed, the worker applied its claim";
-  EXPECT_EQ(count("SELECT count(*) FROM {schema}.payment_events WHERE status = 'confirmed'"),
-            kEvents);
-  EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events"), kEvents);
-  EXPECT_EQ(balance(1), std::to_string(3 * kEvents));
-  expect_reconciled();
+  expect_each_applied_once_first_try(kEvents, 3);
 }
 
 // Several worker processes draining one queue of mixed events.
