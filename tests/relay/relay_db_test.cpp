@@ -191,7 +191,13 @@ TEST_F(RelayTest, AReplicaPausedPastItsLeaseSendsNothing) {
     absl::StatusOr<std::vector<RelayMessage>> paused =
         from_dead_letters ? a->claim_dead_letters(*conn_, 1) : a->claim_outbox(*conn_, 1);
     ASSERT_TRUE(paused.ok() && paused->size() == 1u);
-    EXPECT_LE(paused->front().claimed_until, absl::Now() + absl::Milliseconds(300))
+    // The server's lease end, in Unix microseconds (one machine, one clock).
+    const long long server_until = std::stoll(scalar(fmt::format(
+        "SELECT (extract(epoch FROM claimed_until) * 1000000)::bigint FROM {{schema}}.{} "
+        "WHERE {} = {}",
+        from_dead_letters ? "relay_dead_letters" : "outbox", from_dead_letters ? "outbox_id" : "id",
+        id)));
+    EXPECT_LE(absl::ToUnixMicros(paused->front().claimed_until), server_until)
         << "the claim's end by this process's clock is never past the server's";
     absl::SleepFor(absl::Milliseconds(400));  // the pause
     EXPECT_EQ(deliver_all(*b, from_dead_letters), std::vector<D>{D::kDelivered});
