@@ -112,11 +112,14 @@ TEST_F(ConnectionTest, IdleLimitHoldsForItsTransactionOnly) {
     }
     EXPECT_EQ(show(*c, "idle_in_transaction_session_timeout"), before);
     {
-      // Rounded up, never down to 0 (which would mean no limit).
+      // Rounded up to the next millisecond, so a positive limit never
+      // becomes 0 (which would mean none). Not checked with a limit under
+      // 1 ms itself: the server would end this session, idle between two
+      // statements that long, before the test could read it.
       absl::StatusOr<Transaction> tx =
-          Transaction::begin(*c, {.idle_limit = absl::Microseconds(1)});
+          Transaction::begin(*c, {.idle_limit = absl::Milliseconds(1500) + absl::Nanoseconds(1)});
       ASSERT_TRUE(tx.ok()) << tx.status();
-      EXPECT_EQ(show(*c, "idle_in_transaction_session_timeout"), "1ms");
+      EXPECT_EQ(show(*c, "idle_in_transaction_session_timeout"), "1501ms");
     }
     EXPECT_EQ(show(*c, "idle_in_transaction_session_timeout"), before);
     EXPECT_FALSE(c->in_transaction());

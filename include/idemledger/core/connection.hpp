@@ -112,6 +112,9 @@ struct TransactionOptions {
   // session keeps its own) in the BEGIN's round trip. When the session's own
   // setting is lower, that one stays. Zero: the session's setting alone.
   // Rounded up to whole milliseconds; at most one hour (kInvalidArgument).
+  // Keep it far above the client's own pauses between two statements: the
+  // server counts from the end of each statement, and a session it ends is
+  // a retry (kUnavailable), with nothing committed.
   absl::Duration idle_limit = absl::ZeroDuration();
 };
 
