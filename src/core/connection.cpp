@@ -76,6 +76,13 @@ absl::StatusOr<Transaction> Transaction::begin(Connection& conn, IsolationLevel 
 
 absl::StatusOr<Transaction> Transaction::begin(Connection& conn,
                                                const TransactionOptions& options) {
+  if (conn.in_transaction()) {
+    // A BEGIN there is only a warning, and this scope's COMMIT or ROLLBACK
+    // would end the caller's transaction with it.
+    return absl::FailedPreconditionError(
+        "a transaction cannot begin inside another: the connection is already in one, whose "
+        "work this scope's commit or rollback would end; call it outside a transaction");
+  }
   const absl::Duration limit = options.idle_limit;
   if (limit < absl::ZeroDuration() || limit > absl::Hours(1)) {
     return absl::InvalidArgumentError(

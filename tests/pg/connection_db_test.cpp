@@ -7,8 +7,10 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/time/clock.h"
+#include "gmock/gmock.h"
 #include "idemledger/core/connection.hpp"
 #include "idemledger/core/status.hpp"
 #include "tests/support/test_db.hpp"
@@ -138,6 +140,31 @@ TEST_F(ConnectionTest, IdleLimitsBelowZeroOrAboveAnHourAreRefused) {
   absl::StatusOr<Transaction> tx = Transaction::begin(*conn_, {.idle_limit = absl::Hours(1)});
   ASSERT_TRUE(tx.ok()) << tx.status();
   EXPECT_EQ(show(*conn_, "idle_in_transaction_session_timeout"), "1h");
+}
+
+// Inside a host's transaction a BEGIN is only a warning, and a scope's
+// COMMIT would commit the host's unfinished work (its ROLLBACK would undo
+// it). So neither Transaction::begin nor a library call that opens its own
+// transaction starts there; the host's transaction stays open and its own.
+TEST_F(ConnectionTest, ATransactionCannotBeginInsideAnother) {
+  ForwardingConnection host_driver(*conn_);
+  for (Connection* c :
+       {static_cast<Connection*>(conn_.get()), static_cast<Connection*>(&host_driver)}) {
+    const std::string limit = show(*c, "idle_in_transaction_session_timeout");
+    ASSERT_TRUE(c->execute("BEGIN").ok());
+    ASSERT_TRUE(c->execute(insert(1)).ok());
+    for (const TransactionOptions& o : {TransactionOptions{}, kBoundedSnapshot}) {
+      EXPECT_EQ(Transaction::begin(*c, o).status().code(), absl::StatusCode::kFailedPrecondition);
+    }
+    absl::StatusOr<std::vector<BalanceMismatch>> found = ledger_->find_balance_mismatches(*c);
+    EXPECT_EQ(found.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(found.status().message(), ::testing::HasSubstr("cannot begin inside another"));
+    EXPECT_TRUE(c->in_transaction()) << "the host's transaction is still open";
+    EXPECT_EQ(show(*c, "transaction_isolation"), "read committed");
+    EXPECT_EQ(show(*c, "idle_in_transaction_session_timeout"), limit) << "its limit untouched";
+    ASSERT_TRUE(c->execute("ROLLBACK").ok());
+    EXPECT_EQ(rows(), 0) << "nothing of the host's work was committed for it";
+  }
 }
 
 // A tighter limit the session already has (the server's, the role's, the

@@ -128,6 +128,14 @@ inline constexpr TransactionOptions kBoundedSnapshot{.isolation = IsolationLevel
 // RAII transaction scope: BEGIN (with the isolation level in the BEGIN itself,
 // so it is transaction-scoped and PgBouncer-safe) on begin(), ROLLBACK on
 // destruction unless commit() succeeded. Movable, not copyable.
+//
+// begin() refuses a connection already inside a transaction
+// (kFailedPrecondition, nothing sent): there a BEGIN is only a warning, and
+// this scope's COMMIT or ROLLBACK would end the caller's transaction. The
+// library's calls that open their own transaction (reconciliation, reports,
+// the dead-letter drain and replay, partition upkeep, migrations) answer the
+// same. The event calls (process_deposit and the others) join a host's
+// transaction instead, and roll back with it.
 class Transaction {
  public:
   [[nodiscard]] static absl::StatusOr<Transaction> begin(
