@@ -633,9 +633,10 @@ class FrozenWorker : public DispatcherTest {
 // thawed, learns its session is gone, and nothing it did committed.
 TEST_F(FrozenWorker, OthersTakeItsEventsAfterTheIdleLimit) {
   IDEMLEDGER_NEEDS_OWN_SESSION("the server ends the frozen worker's session");
-  const pid_t child = start(absl::Milliseconds(500));
+  // 1.5 s: room for a loaded machine between the claim and the check below.
+  const pid_t child = start(absl::Milliseconds(1500));
   const absl::Time frozen_at = absl::Now();
-  // The worker that takes over keeps the default limit: a 0.5-s one of its
+  // The worker that takes over keeps the default limit: a 1.5-s one of its
   // own could end its session too on a loaded machine, and retry.
   DispatcherOptions others = opts_;
   others.idle_in_transaction_limit = kIdleInTransactionLimit;
@@ -643,18 +644,18 @@ TEST_F(FrozenWorker, OthersTakeItsEventsAfterTheIdleLimit) {
   EXPECT_EQ(*d.run_once(*conn_), 0) << "claimed by the frozen worker, locked";
   ASSERT_TRUE(run_once_until_applied(d, kEvents, absl::Seconds(10)));
   const absl::Duration took = absl::Now() - frozen_at;
-  EXPECT_GE(took, absl::Milliseconds(400));
-  EXPECT_LT(took, absl::Seconds(3)) << "a 0.5-s idle limit, and a 10-min lease never waited out";
+  EXPECT_GE(took, absl::Milliseconds(1400));
+  EXPECT_LT(took, absl::Seconds(5)) << "a 1.5-s idle limit, and a 10-min lease never waited out";
   EXPECT_EQ(exit_code(child), 0) << "the thawed worker's session is gone, nothing in doubt";
   expect_each_applied_once_first_try(kEvents, 3);
 }
 
 // The control, so the case above can fail: without the limit, the frozen
-// worker's claim still holds the events 3 s later; thawed, it applies them.
+// worker's claim still holds the events 4 s later; thawed, it applies them.
 TEST_F(FrozenWorker, WithoutTheLimitItHoldsItsClaim) {
   IDEMLEDGER_NEEDS_OWN_SESSION("the same frozen session as the case above");
   const pid_t child = start(absl::ZeroDuration());
-  absl::SleepFor(absl::Seconds(3));
+  absl::SleepFor(absl::Seconds(4));
   EXPECT_EQ(*Dispatcher(*ledger_, opts_).run_once(*conn_), 0) << "still locked by the frozen claim";
   EXPECT_EQ(exit_code(child), 2) << "thawed, the worker applied its claim";
   expect_each_applied_once_first_try(kEvents, 3);
