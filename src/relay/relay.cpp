@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+
 #include "idemledger/core/status.hpp"
 #include "src/core/internal/absl_compat.hpp"
 #include "src/relay/internal/delivery_pool.hpp"
@@ -95,7 +97,8 @@ absl::StatusOr<std::vector<RelayMessage>> Relay::claim_dead_letters(Connection& 
 Relay::Sent Relay::send_with_retries(const RelayMessage& message) const {
   Sent sent;
   sent.status = with_retries(options_.retry, [&]() -> absl::Status {
-    if (absl::Now() >= message.claimed_until) {
+    if (std::chrono::steady_clock::now() >= message.claim_ends ||
+        absl::Now() >= message.claimed_until) {
       sent.lease_ended = true;
       return absl::FailedPreconditionError("the claim ended before the call");  // stops retrying
     }

@@ -205,6 +205,14 @@ TEST_F(RelayTest, AReplicaPausedPastItsLeaseSendsNothing) {
     ASSERT_TRUE(late.ok()) << late.status();
     EXPECT_EQ(late->disposition, D::kNotClaimed);
     EXPECT_FALSE(late->called_downstream);
+    // And had the wall clock stepped back an hour during the pause (NTP, an
+    // operator), the monotonic clock still says the claim is over.
+    RelayMessage stepped = paused->front();
+    stepped.claimed_until += absl::Hours(1);
+    late = a->deliver(*conn_, stepped);
+    ASSERT_TRUE(late.ok()) << late.status();
+    EXPECT_EQ(late->disposition, D::kNotClaimed);
+    EXPECT_FALSE(late->called_downstream);
     EXPECT_EQ(downstream_.total_calls(), calls_before + 1) << "delivered once, by b";
     EXPECT_EQ(downstream_.calls(id), from_dead_letters ? 3 : 1);
     EXPECT_EQ(count(from_dead_letters

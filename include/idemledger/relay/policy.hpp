@@ -19,6 +19,7 @@
 #ifndef IDEMLEDGER_RELAY_POLICY_HPP
 #define IDEMLEDGER_RELAY_POLICY_HPP
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -52,6 +53,10 @@ struct RelayMessage {
   // (the example transport's X-Relay-Deadline). Infinite for a message this
   // process did not claim.
   absl::Time claimed_until = absl::InfiniteFuture();
+  // The same end by the monotonic clock. The relay checks both and stops at
+  // the sooner, so a wall clock stepped back (NTP, an operator) while the
+  // process was paused cannot lengthen its claim. max() when not claimed.
+  std::chrono::steady_clock::time_point claim_ends = std::chrono::steady_clock::time_point::max();
 
   [[nodiscard]] bool from_dead_letters() const { return dead_letter_id != 0; }
 };

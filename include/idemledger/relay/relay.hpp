@@ -48,8 +48,9 @@
 // A lease never expires under a live delivery (lease > retry.max_attempts ×
 // (transport timeout + retry.max_delay)), so two replicas never hold one row.
 // A process paused past its lease (a frozen VM, SIGSTOP, swap) is the
-// exception, and it sends nothing once its claim has ended by its own clock
-// (RelayMessage::claimed_until): each call checks first, and the transport
+// exception, and it sends nothing once its claim has ended by its own clocks
+// (RelayMessage::claimed_until, and claim_ends by the monotonic clock, which
+// a wall-clock step cannot move): each call checks first, and the transport
 // gets that end to pass on (the example transport's X-Relay-Deadline), so a
 // downstream that honours it ignores a call that reached it too late.
 // The example transport sends the outbox id as an idempotency key, so the

@@ -1,8 +1,27 @@
 #include "src/relay/internal/store.hpp"
 
 #include <algorithm>
+#include <chrono>
 
 namespace idemledger::internal {
+namespace {
+
+// When a claim about to be sent ends, by both of this process's clocks:
+// taken before the server's now(), so never after the lease it grants.
+struct ClaimEnds {
+  absl::Time wall;
+  std::chrono::steady_clock::time_point steady;
+};
+ClaimEnds claim_ends(absl::Duration lease) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point now = Clock::now();
+  // An infinite lease (or one past the clock's range) never ends.
+  const auto d = std::chrono::duration_cast<Clock::duration>(absl::ToChronoNanoseconds(lease));
+  return {.wall = absl::Now() + lease,
+          .steady = d >= Clock::time_point::max() - now ? Clock::time_point::max() : now + d};
+}
+
+}  // namespace
 
 RelayStore::RelayStore(const Schema& schema)
     : snapshot_(schema.qualify(
@@ -106,7 +125,7 @@ absl::StatusOr<std::vector<RelayMessage>> RelayStore::claim_outbox(Connection& c
                                                                    std::string_view owner,
                                                                    absl::Duration lease,
                                                                    int limit) const {
-  const absl::Time claimed_until = absl::Now() + lease;  // before the server's now()
+  const ClaimEnds ends = claim_ends(lease);  // taken before the server's now()
   absl::StatusOr<Result> r = conn.execute(claim_outbox_, Params(owner, lease, limit));
   if (!r.ok()) return r.status();
   std::vector<RelayMessage> messages;
@@ -119,7 +138,8 @@ absl::StatusOr<std::vector<RelayMessage>> RelayStore::claim_outbox(Connection& c
     messages.push_back({.outbox_id = id,
                         .topic = std::move(topic),
                         .payload = std::move(payload),
-                        .claimed_until = claimed_until});
+                        .claimed_until = ends.wall,
+                        .claim_ends = ends.steady});
   }
   std::sort(messages.begin(), messages.end(),
             [](const RelayMessage& a, const RelayMessage& b) { return a.outbox_id < b.outbox_id; });
@@ -130,7 +150,7 @@ absl::StatusOr<std::vector<RelayMessage>> RelayStore::claim_dead_letters(Connect
                                                                          std::string_view owner,
                                                                          absl::Duration lease,
                                                                          int limit) const {
-  const absl::Time claimed_until = absl::Now() + lease;  // before the server's now()
+  const ClaimEnds ends = claim_ends(lease);  // taken before the server's now()
   absl::StatusOr<Result> r = conn.execute(claim_dead_letters_, Params(owner, lease, limit));
   if (!r.ok()) return r.status();
   std::vector<RelayMessage> messages;
@@ -148,7 +168,8 @@ absl::StatusOr<std::vector<RelayMessage>> RelayStore::claim_dead_letters(Connect
                         .dlq_retries = retries,
                         .since_first_dlq = absl::Milliseconds(age_ms),
                         .reason = std::move(reason),
-                        .claimed_until = claimed_until});
+                        .claimed_until = ends.wall,
+                        .claim_ends = ends.steady});
   }
   return messages;
 }
