@@ -135,17 +135,19 @@ absl::StatusOr<PooledConnection> Pool::acquire() {
 
 std::unique_ptr<Connection> Pool::validate(std::unique_ptr<Connection> conn) {
   if (!conn->poll_alive()) return nullptr;  // closed, or the server went away
-  if (conn->in_transaction()) {
-    // Left inside a transaction by its last user: roll back or replace.
-    if (!conn->execute("ROLLBACK").ok()) return nullptr;
-  } else if (!conn->is_idle()) {
-    if (!conn->execute("SELECT 1").ok()) return nullptr;
-  }
+  if (!conn->is_idle() && !conn->execute("SELECT 1").ok()) return nullptr;
   return conn;
 }
 
 void Pool::release(std::unique_ptr<Connection> conn, bool discard) {
-  const bool drop = discard || conn->is_broken();
+  bool drop = discard || conn->is_broken();
+  if (!drop && conn->in_transaction()) {
+    // Returned inside a transaction (open or failed) by its borrower: roll
+    // back now, outside the lock, so its locks and snapshot end with the
+    // borrow instead of waiting in the idle list for the next acquire().
+    // A session that cannot roll back is replaced.
+    drop = !conn->execute("ROLLBACK").ok();
+  }
   MutexLock lock(&mu_);
   if (drop) {
     --open_;

@@ -35,19 +35,59 @@ TEST(Pool, CreatesLazilyAndBoundsWaiting) {
   EXPECT_TRUE(pool.acquire().ok());
 }
 
-TEST(Pool, RollsBackAConnectionLeftInsideATransaction) {
+// A connection returned inside a transaction is rolled back, not replaced,
+// and what its borrower locked is free the moment it returns, not when the
+// pool next hands it out.
+TEST(Pool, AConnectionReturnedInsideATransactionFreesItsLocksAsItReturns) {
   pg::Pool pool(small_pool(1));
+  std::unique_ptr<pg::Connection> other = connect();
+  const std::string try_lock = "SELECT pg_try_advisory_xact_lock(74319251)";
   {
     absl::StatusOr<pg::PooledConnection> c = pool.acquire();
     ASSERT_TRUE(c.ok());
     ASSERT_TRUE((*c)->execute("BEGIN").ok());
+    ASSERT_TRUE((*c)->execute("SELECT pg_advisory_xact_lock(74319251)").ok());
     ASSERT_TRUE((*c)->execute("CREATE TEMP TABLE leak (x int)").ok());
-  }  // returned mid-transaction
+    EXPECT_EQ(other->execute(try_lock)->at(0, 0), "f") << "held while borrowed";
+  }  // returned mid-transaction; nothing acquired since
+  EXPECT_EQ(other->execute(try_lock)->at(0, 0), "t") << "still held by an idle pooled session";
+  {
+    absl::StatusOr<pg::PooledConnection> c = pool.acquire();
+    ASSERT_TRUE(c.ok());
+    EXPECT_FALSE((*c)->in_transaction());
+    ASSERT_TRUE((*c)->execute("BEGIN").ok());
+    EXPECT_FALSE((*c)->execute("SELECT 1 / 0").ok());
+  }  // returned inside a failed transaction
+  EXPECT_EQ(pool.stats().idle, 1u);
   absl::StatusOr<pg::PooledConnection> c = pool.acquire();
   ASSERT_TRUE(c.ok());
   EXPECT_FALSE((*c)->in_transaction());
   EXPECT_EQ((*c)->execute("SELECT to_regclass('pg_temp.leak') IS NULL")->at(0, 0), "t");
-  EXPECT_EQ(pool.stats().created, 1u) << "rolled back, not replaced";
+  const pg::Pool::Stats stats = pool.stats();
+  EXPECT_EQ(stats.created, 1u) << "rolled back, not replaced";
+  EXPECT_EQ(stats.dropped, 0u);
+}
+
+// Returned inside a transaction whose session the server ended: the
+// ROLLBACK fails, so the session is dropped as it returns.
+TEST(Pool, DropsAConnectionThatCannotRollBackAsItReturns) {
+  IDEMLEDGER_NEEDS_OWN_SESSION("pg_terminate_backend of a borrowed session");
+  pg::Pool pool(small_pool(1));
+  std::unique_ptr<pg::Connection> admin = connect();
+  {
+    absl::StatusOr<pg::PooledConnection> c = pool.acquire();
+    ASSERT_TRUE(c.ok());
+    ASSERT_TRUE((*c)->execute("BEGIN").ok());
+    const std::string pid = std::to_string((*c)->backend_pid());
+    ASSERT_EQ(admin->execute("SELECT pg_terminate_backend(" + pid + ", 5000)")->at(0, 0), "t");
+  }
+  const pg::Pool::Stats stats = pool.stats();
+  EXPECT_EQ(stats.open, 0u);
+  EXPECT_EQ(stats.idle, 0u);
+  EXPECT_EQ(stats.dropped, 1u);
+  absl::StatusOr<pg::PooledConnection> c = pool.acquire();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE((*c)->execute("SELECT 1").ok());
 }
 
 TEST(Pool, ReplacesASessionTheServerClosed) {

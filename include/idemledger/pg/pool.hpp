@@ -8,8 +8,10 @@
 // Guarantees:
 // - Connections are created lazily, at most max_size at once.
 // - Every acquire() validates before handing out: a closed or broken session
-//   is replaced; one left inside a transaction is rolled back (or replaced if
-//   that fails); one that is not idle is checked with SELECT 1.
+//   is replaced; one that is not idle is checked with SELECT 1.
+// - A connection returned inside a transaction (open or failed) is rolled
+//   back as it is returned, so nothing it locked outlives the borrow; if the
+//   ROLLBACK fails, it is dropped. The return then costs a round trip.
 // - A connection whose last status was connection_broken() is dropped on
 //   return, so a server restart costs one failed call per connection, then
 //   acquire() reconnects.
