@@ -5,29 +5,61 @@
 #include <array>
 #include <cstdint>
 
+#include "absl/functional/function_ref.h"
 #include "absl/time/clock.h"
 #include "idemledger/core/schema.hpp"
 #include "src/core/internal/absl_compat.hpp"
 
 namespace idemledger {
 
-absl::StatusOr<Result> Connection::execute_atomically(std::span<const Statement> statements) {
-  const bool own_transaction = !in_transaction();
+namespace {
+
+// Runs `work` inside the caller's transaction, or, when there is none,
+// inside one of its own: BEGIN, then COMMIT if `work` succeeded, else
+// ROLLBACK.
+absl::StatusOr<Result> in_a_transaction(Connection& conn,
+                                        absl::FunctionRef<absl::StatusOr<Result>()> work) {
+  const bool own_transaction = !conn.in_transaction();
   if (own_transaction) {
-    if (absl::StatusOr<Result> begin = execute("BEGIN"); !begin.ok()) return begin.status();
+    if (absl::StatusOr<Result> begin = conn.execute("BEGIN"); !begin.ok()) return begin.status();
   }
-  absl::StatusOr<Result> last;
-  for (const Statement& statement : statements) {
-    last = execute(statement.sql, statement.params);
-    if (!last.ok()) {
-      if (own_transaction) (void)execute("ROLLBACK");
-      return last;
+  absl::StatusOr<Result> answer = work();
+  if (own_transaction) {
+    if (!answer.ok()) {
+      (void)conn.execute("ROLLBACK");
+    } else if (absl::StatusOr<Result> commit = conn.execute("COMMIT"); !commit.ok()) {
+      return commit.status();
     }
   }
-  if (own_transaction) {
-    if (absl::StatusOr<Result> commit = execute("COMMIT"); !commit.ok()) return commit.status();
-  }
-  return last;
+  return answer;
+}
+
+}  // namespace
+
+absl::StatusOr<Result> Connection::execute_atomically(std::span<const Statement> statements) {
+  return in_a_transaction(*this, [&]() -> absl::StatusOr<Result> {
+    absl::StatusOr<Result> last;
+    for (const Statement& statement : statements) {
+      last = execute(statement.sql, statement.params);
+      if (!last.ok()) break;
+    }
+    return last;
+  });
+}
+
+absl::StatusOr<Result> Connection::execute_atomically_then(std::span<const Statement> statements,
+                                                           std::span<const Statement> then) {
+  if (then.empty()) return execute_atomically(statements);
+  return in_a_transaction(*this, [&]() -> absl::StatusOr<Result> {
+    absl::StatusOr<Result> answer = execute_atomically(statements);  // joins the block
+    for (const Statement& statement : then) {
+      if (!answer.ok()) break;
+      if (absl::StatusOr<Result> r = execute(statement.sql, statement.params); !r.ok()) {
+        answer = r.status();
+      }
+    }
+    return answer;
+  });
 }
 
 absl::StatusOr<Result> Connection::open_transaction(std::string_view begin_sql,

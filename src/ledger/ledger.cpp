@@ -68,6 +68,19 @@ std::string postgres_milliseconds(absl::Duration d) {
 // user, a queued event). A chain stopped after its guard — balance_events
 // already held the key, or the account vanished — raises through
 // credit_incomplete() (migration 13), which rolls the statement back.
+// Inside a caller's transaction, the timeouts the ledger sets for its call
+// would stay for the rest of that transaction and bound (or loosen) the
+// caller's later statements. The caller's own values are kept aside before
+// and put back after, transaction-scoped like the settings themselves.
+constexpr std::string_view kKeepCallersTimeoutsSql =
+    "SELECT set_config('idemledger.callers_lock_timeout', current_setting('lock_timeout'), true), "
+    "set_config('idemledger.callers_statement_timeout', current_setting('statement_timeout'), "
+    "true)";
+constexpr std::string_view kRestoreCallersTimeoutsSql =
+    "SELECT set_config('lock_timeout', current_setting('idemledger.callers_lock_timeout'), true), "
+    "set_config('statement_timeout', current_setting('idemledger.callers_statement_timeout'), "
+    "true)";
+
 // Parameters are apply_event's.
 constexpr std::string_view kFastCreditSql = R"sql(
 WITH asset AS (
@@ -637,9 +650,19 @@ absl::StatusOr<StepResult> Ledger::process_step(Connection& conn, const LedgerSt
 absl::StatusOr<Result> Ledger::execute_with_timeouts(Connection& conn, std::string_view sql,
                                                      std::span<const Param> params) const {
   const Params timeouts(lock_timeout_text_, statement_timeout_text_);
-  const std::array<Statement, 2> batch = {Statement{timeouts_sql_, timeouts.span()},
+  if (!conn.in_transaction()) {
+    // The settings end with the batch's own commit.
+    const std::array<Statement, 2> batch = {Statement{timeouts_sql_, timeouts.span()},
+                                            Statement{sql, params}};
+    return conn.execute_atomically(batch);
+  }
+  // Joining the caller's transaction: its timeouts come back after the call,
+  // in the same round trip.
+  const std::array<Statement, 3> batch = {Statement{kKeepCallersTimeoutsSql, {}},
+                                          Statement{timeouts_sql_, timeouts.span()},
                                           Statement{sql, params}};
-  return conn.execute_atomically(batch);
+  const std::array<Statement, 1> then = {Statement{kRestoreCallersTimeoutsSql, {}}};
+  return conn.execute_atomically_then(batch, then);
 }
 
 absl::StatusOr<HoldResult> Ledger::run_hold_step(Connection& conn, std::string_view sql,

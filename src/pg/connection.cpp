@@ -206,8 +206,10 @@ struct Connection::Impl {
   std::string next_name() const { return fmt::format("idemledger_{}", prepared.size()); }
 
   // Sends `statements` and one Sync in one round trip and reads every answer;
-  // returns the last result or the first error. REQUIRES: in pipeline mode.
-  absl::StatusOr<Result> run_pipeline(std::span<const Statement> statements, PipelineEnd end);
+  // returns the result of statements[answer] or the first error.
+  // REQUIRES: in pipeline mode; answer < statements.size().
+  absl::StatusOr<Result> run_pipeline(std::span<const Statement> statements, PipelineEnd end,
+                                      std::size_t answer);
 };
 
 Connection::Connection(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -314,14 +316,23 @@ absl::StatusOr<Result> Connection::execute(std::string_view sql, std::span<const
 }
 
 absl::StatusOr<Result> Connection::execute_atomically(std::span<const Statement> statements) {
+  return execute_atomically_then(statements, {});
+}
+
+absl::StatusOr<Result> Connection::execute_atomically_then(std::span<const Statement> statements,
+                                                           std::span<const Statement> then) {
   if (impl_->connection_bad()) return impl_->error(nullptr);
   // Inside the host's own transaction nothing commits at our Sync.
   const PipelineEnd end =
       in_transaction() ? PipelineEnd::kInHostTransaction : PipelineEnd::kCommits;
   if (PQenterPipelineMode(impl_->conn.get()) != 1) {
-    return idemledger::Connection::execute_atomically(statements);
+    return then.empty() ? idemledger::Connection::execute_atomically(statements)
+                        : idemledger::Connection::execute_atomically_then(statements, then);
   }
-  return impl_->run_pipeline(statements, end);
+  if (then.empty()) return impl_->run_pipeline(statements, end, statements.size() - 1);
+  absl::InlinedVector<Statement, 4> all(statements.begin(), statements.end());
+  all.insert(all.end(), then.begin(), then.end());
+  return impl_->run_pipeline(all, end, statements.size() - 1);
 }
 
 absl::StatusOr<Result> Connection::open_transaction(std::string_view begin_sql,
@@ -333,11 +344,11 @@ absl::StatusOr<Result> Connection::open_transaction(std::string_view begin_sql,
   absl::InlinedVector<Statement, 4> statements;
   statements.push_back({begin_sql, {}});
   statements.insert(statements.end(), then.begin(), then.end());
-  return impl_->run_pipeline(statements, PipelineEnd::kOpensTransaction);
+  return impl_->run_pipeline(statements, PipelineEnd::kOpensTransaction, statements.size() - 1);
 }
 
 absl::StatusOr<Result> Connection::Impl::run_pipeline(std::span<const Statement> statements,
-                                                      PipelineEnd end) {
+                                                      PipelineEnd end, std::size_t answer) {
   PGconn* c = conn.get();
   // Send everything, then one Sync: without an explicit BEGIN the server runs
   // the batch as one implicit transaction and commits it at the Sync; after
@@ -380,7 +391,8 @@ absl::StatusOr<Result> Connection::Impl::run_pipeline(std::span<const Statement>
   }
 
   absl::Status first_error;
-  absl::StatusOr<Result> last;
+  absl::StatusOr<Result> answered;
+  std::size_t statement = 0;  // which of `statements` the next result answers
   for (const Pending& p : pending) {
     ResultPtr r(PQgetResult(c));
     if (r == nullptr) {
@@ -390,16 +402,19 @@ absl::StatusOr<Result> Connection::Impl::run_pipeline(std::span<const Statement>
     while (ResultPtr extra{PQgetResult(c)}) {
     }  // drain to the command's end marker
     const ExecStatusType status = PQresultStatus(r.get());
-    if (status == PGRES_PIPELINE_ABORTED) continue;
     if (p.is_prepare) {
+      if (status == PGRES_PIPELINE_ABORTED) continue;
       if (status == PGRES_COMMAND_OK)
         prepared.emplace(p.sql, p.name);
       else
         first_error.Update(error(r.get()));
       continue;
     }
-    last = to_result(r.get());
-    if (!last.ok()) first_error.Update(last.status());
+    const bool is_answer = statement++ == answer;
+    if (status == PGRES_PIPELINE_ABORTED) continue;
+    absl::StatusOr<Result> result = to_result(r.get());
+    if (!result.ok()) first_error.Update(result.status());
+    if (is_answer) answered = std::move(result);
     if (connection_bad()) break;
   }
   if (!connection_bad()) {
@@ -407,7 +422,7 @@ absl::StatusOr<Result> Connection::Impl::run_pipeline(std::span<const Statement>
     if (sync != nullptr && PQresultStatus(sync.get()) == PGRES_PIPELINE_SYNC &&
         PQexitPipelineMode(c) == 1) {
       if (!first_error.ok()) return first_error;
-      return last;
+      return answered;
     }
     broken = true;
   }

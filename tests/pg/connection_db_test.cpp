@@ -3,6 +3,7 @@
 // execute_atomically() and open_transaction() a host's driver inherits when
 // it cannot pipeline.
 #include <chrono>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -73,6 +74,48 @@ TEST_F(ConnectionTest, DefaultExecuteAtomicallyIsAllOrNothing) {
   const Statement good[] = {{a, {}}, {b, {}}};
   ASSERT_TRUE(driver.execute_atomically(good).ok());
   EXPECT_EQ(rows(), 2);
+}
+
+// execute_atomically_then(): the last of `statements` answers, the epilogue
+// runs in the same transaction, and a failure in it leaves nothing; over the
+// libpq adapter (one pipeline) and over a host's driver (the default),
+// outside a transaction and inside a host's.
+TEST_F(ConnectionTest, AnEpilogueRunsInTheTransactionButDoesNotAnswer) {
+  ForwardingConnection host_driver(*conn_);
+  int base = 0;
+  long committed = 0;
+  for (Connection* c : std::initializer_list<Connection*>{conn_.get(), &host_driver}) {
+    SCOPED_TRACE(c == conn_.get() ? "libpq adapter" : "host driver");
+    const std::string first = insert(base + 1), second = insert(base + 2), third = insert(base + 3),
+                      fourth = insert(base + 4);
+    const Statement statements[] = {{first, {}}, {"SELECT 'the answer'", {}}};
+    const Statement then[] = {{second, {}}, {"SELECT 'the epilogue'", {}}};
+    absl::StatusOr<Result> r = c->execute_atomically_then(statements, then);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->at(0, 0), "the answer");
+    EXPECT_FALSE(c->in_transaction());
+    committed += 2;
+    EXPECT_EQ(rows(), committed) << "both committed";
+
+    const Statement more[] = {{third, {}}, {"SELECT 'the answer'", {}}};
+    const Statement failing[] = {{first, {}}};  // a duplicate key
+    EXPECT_EQ(sqlstate(c->execute_atomically_then(more, failing).status()), "23505");
+    EXPECT_FALSE(c->in_transaction());
+    EXPECT_EQ(rows(), committed) << "the epilogue failed: nothing of the batch stays";
+
+    ASSERT_TRUE(c->execute("BEGIN").ok());
+    const Statement epilogue[] = {{fourth, {}}};
+    r = c->execute_atomically_then(more, epilogue);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->at(0, 0), "the answer");
+    EXPECT_TRUE(c->in_transaction()) << "joined the host's transaction";
+    EXPECT_EQ(count("SELECT count(*) FROM {schema}.t WHERE x IN (" + std::to_string(base + 3) +
+                    ", " + std::to_string(base + 4) + ")"),
+              2);
+    ASSERT_TRUE(c->execute("ROLLBACK").ok());
+    EXPECT_EQ(rows(), committed) << "rolled back with the host's transaction";
+    base += 10;
+  }
 }
 
 TEST_F(ConnectionTest, LedgerWorksOverAHostDriverWithoutPipelining) {

@@ -64,6 +64,19 @@ class Connection {
   [[nodiscard]] virtual absl::StatusOr<Result> execute_atomically(
       std::span<const Statement> statements);
 
+  // execute_atomically_then()
+  //
+  // As execute_atomically(statements), and `then` after them in the same
+  // transaction, but answers the result of the last of `statements`: `then`
+  // is an epilogue whose own results nobody reads (the ledger puts a
+  // caller's settings back with it). If any statement of either fails, none
+  // takes effect. The default runs execute_atomically(statements) (a
+  // driver's own pipelining included), then `then` statement by statement;
+  // the libpq adapter sends them all in one round trip.
+  // REQUIRES: !statements.empty().
+  [[nodiscard]] virtual absl::StatusOr<Result> execute_atomically_then(
+      std::span<const Statement> statements, std::span<const Statement> then);
+
   // open_transaction()
   //
   // Opens a transaction block with `begin_sql` (BEGIN, with its isolation

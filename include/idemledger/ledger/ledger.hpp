@@ -39,6 +39,10 @@
 //   account) as one plain statement that writes all of it or nothing; when
 //   it wrote nothing (a replay, a first credit in an asset, a queued event,
 //   any refusal) the function decides, in a second round trip.
+// - Inside a transaction the caller opened, an operation joins it (commits
+//   nothing of its own, rolls back with it) and bounds its own statement with
+//   LedgerOptions' lock_timeout and statement_timeout; the caller's own values
+//   of both are back in effect when it returns (same round trip).
 //
 // Errors: kInvalidArgument (bad input, an amount beyond its asset's decimals,
 // an unknown asset; nothing written), kNotFound (unknown user or hold),
@@ -329,7 +333,8 @@ class Ledger {
   absl::StatusOr<Outcome> apply_unmeasured(Connection& conn, const PaymentEvent& event,
                                            Route route) const;
   // `sql` pipelined after the transaction-scoped timeouts: one transaction,
-  // one round trip.
+  // one round trip. Inside the caller's transaction, the caller's own
+  // timeouts are put back after `sql`, in the same round trip.
   absl::StatusOr<Result> execute_with_timeouts(Connection& conn, std::string_view sql,
                                                std::span<const Param> params) const;
   // One hold step's statement, pipelined after the timeouts.

@@ -10,7 +10,8 @@
 // `prepared_statements = false` there and every statement is sent unnamed
 // (parse + bind + execute in one message sequence). execute_atomically() uses
 // libpq pipeline mode: the whole batch and its commit cost one round trip; so
-// does open_transaction(): BEGIN and the statements that follow it.
+// do execute_atomically_then() (its epilogue included) and open_transaction()
+// (BEGIN and the statements that follow it).
 // `application_name` names the session to the server (pg_stat_activity, the
 // log's %a, pg_stat_statements' sessions) unless the DSN names it itself.
 //
@@ -79,6 +80,8 @@ class Connection final : public idemledger::Connection {
                                                std::span<const Param> params) override;
   [[nodiscard]] absl::StatusOr<Result> execute_atomically(
       std::span<const Statement> statements) override;
+  [[nodiscard]] absl::StatusOr<Result> execute_atomically_then(
+      std::span<const Statement> statements, std::span<const Statement> then) override;
   [[nodiscard]] absl::StatusOr<Result> open_transaction(std::string_view begin_sql,
                                                         std::span<const Statement> then) override;
   [[nodiscard]] bool in_transaction() const override;
