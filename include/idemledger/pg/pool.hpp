@@ -12,6 +12,9 @@
 // - A connection returned inside a transaction (open or failed) is rolled
 //   back as it is returned, so nothing it locked outlives the borrow; if the
 //   ROLLBACK fails, it is dropped. The return then costs a round trip.
+// - Session-level state a borrower sets (a SET without LOCAL, a LISTEN) is
+//   not reset on return and reaches the next borrower: set what your work
+//   needs transaction-scoped (SET LOCAL, set_config(..., true)).
 // - A connection whose last status was connection_broken() is dropped on
 //   return, so a server restart costs one failed call per connection, then
 //   acquire() reconnects.
