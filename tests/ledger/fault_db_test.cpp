@@ -1,6 +1,5 @@
 // Faults the ledger must answer correctly: a commit whose acknowledgement is
 // lost, lock contention, timeouts, a session killed by the server.
-#include <initializer_list>
 #include <thread>
 #include <variant>
 
@@ -226,41 +225,39 @@ TEST_F(Fault, HostTransaction_DepositJoinsItAndRollsBackWithIt) {
 // over a host's driver (the interface's default).
 TEST_F(Fault, HostTransaction_KeepsTheCallersTimeouts) {
   open_account(1, "100");
-  ForwardingConnection host_driver(*conn_);
   int round = 0;
-  for (Connection* c : std::initializer_list<Connection*>{conn_.get(), &host_driver}) {
-    SCOPED_TRACE(c == conn_.get() ? "libpq adapter" : "host driver");
+  over_adapter_and_host_driver([&](Connection& c) {
     const std::string n = std::to_string(++round);
-    ASSERT_TRUE(c->execute("BEGIN").ok());
-    ASSERT_TRUE(c->execute("SET LOCAL lock_timeout = '1234ms'").ok());
-    ASSERT_TRUE(c->execute("SET LOCAL statement_timeout = '56789ms'").ok());
+    ASSERT_TRUE(c.execute("BEGIN").ok());
+    ASSERT_TRUE(c.execute("SET LOCAL lock_timeout = '1234ms'").ok());
+    ASSERT_TRUE(c.execute("SET LOCAL statement_timeout = '56789ms'").ok());
     const auto expect_the_callers = [&](std::string_view after) {
       EXPECT_EQ(scalar("SHOW lock_timeout"), "1234ms") << "after " << after;
       EXPECT_EQ(scalar("SHOW statement_timeout"), "56789ms") << "after " << after;
     };
-    EXPECT_EQ(*ledger_->process_deposit(*c, event("d_" + n, EventType::kDeposit, 1, "5")),
+    EXPECT_EQ(*ledger_->process_deposit(c, event("d_" + n, EventType::kDeposit, 1, "5")),
               Outcome::kApplied);
     expect_the_callers("a deposit");
-    EXPECT_EQ(*ledger_->process_withdrawal(*c, event("w_" + n, EventType::kWithdrawal, 1, "3")),
+    EXPECT_EQ(*ledger_->process_withdrawal(c, event("w_" + n, EventType::kWithdrawal, 1, "3")),
               Outcome::kApplied);
     expect_the_callers("a withdrawal");
     absl::StatusOr<HoldResult> held = ledger_->hold(
-        *c, {.event_id = "h_" + n, .user_id = 1, .amount = *Amount::parse("2"), .fee = Amount()});
+        c, {.event_id = "h_" + n, .user_id = 1, .amount = *Amount::parse("2"), .fee = Amount()});
     ASSERT_TRUE(held.ok()) << held.status();
     EXPECT_EQ(held->outcome, HoldOutcome::kApplied);
     expect_the_callers("a hold");
     const std::vector<LedgerStep> steps = {event("b_" + n, EventType::kDeposit, 1, "1"),
                                            PostRequest{.hold_id = "h_" + n}};
     absl::StatusOr<std::vector<absl::StatusOr<StepResult>>> batch =
-        ledger_->process_steps(*c, steps);
+        ledger_->process_steps(c, steps);
     ASSERT_TRUE(batch.ok()) << batch.status();
     ASSERT_EQ(batch->size(), 2u);
     ASSERT_TRUE((*batch)[0].ok() && (*batch)[1].ok());
     EXPECT_EQ(std::get<Outcome>(*(*batch)[0]), Outcome::kApplied);
     EXPECT_EQ(std::get<HoldResult>(*(*batch)[1]).state, HoldState::kPosted);
     expect_the_callers("a batch");
-    ASSERT_TRUE(c->execute("COMMIT").ok());
-  }
+    ASSERT_TRUE(c.execute("COMMIT").ok());
+  });
   EXPECT_EQ(balance(1), "102");  // 100 + 2 x (5 - 3 + 1 - 2)
   EXPECT_EQ(scalar("SHOW lock_timeout"), "0");
   EXPECT_EQ(scalar("SHOW statement_timeout"), "0");

@@ -3,7 +3,6 @@
 // execute_atomically() and open_transaction() a host's driver inherits when
 // it cannot pipeline.
 #include <chrono>
-#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -81,41 +80,39 @@ TEST_F(ConnectionTest, DefaultExecuteAtomicallyIsAllOrNothing) {
 // libpq adapter (one pipeline) and over a host's driver (the default),
 // outside a transaction and inside a host's.
 TEST_F(ConnectionTest, AnEpilogueRunsInTheTransactionButDoesNotAnswer) {
-  ForwardingConnection host_driver(*conn_);
   int base = 0;
   long committed = 0;
-  for (Connection* c : std::initializer_list<Connection*>{conn_.get(), &host_driver}) {
-    SCOPED_TRACE(c == conn_.get() ? "libpq adapter" : "host driver");
+  over_adapter_and_host_driver([&](Connection& c) {
     const std::string first = insert(base + 1), second = insert(base + 2), third = insert(base + 3),
                       fourth = insert(base + 4);
     const Statement statements[] = {{first, {}}, {"SELECT 'the answer'", {}}};
     const Statement then[] = {{second, {}}, {"SELECT 'the epilogue'", {}}};
-    absl::StatusOr<Result> r = c->execute_atomically_then(statements, then);
+    absl::StatusOr<Result> r = c.execute_atomically_then(statements, then);
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_EQ(r->at(0, 0), "the answer");
-    EXPECT_FALSE(c->in_transaction());
+    EXPECT_FALSE(c.in_transaction());
     committed += 2;
     EXPECT_EQ(rows(), committed) << "both committed";
 
     const Statement more[] = {{third, {}}, {"SELECT 'the answer'", {}}};
     const Statement failing[] = {{first, {}}};  // a duplicate key
-    EXPECT_EQ(sqlstate(c->execute_atomically_then(more, failing).status()), "23505");
-    EXPECT_FALSE(c->in_transaction());
+    EXPECT_EQ(sqlstate(c.execute_atomically_then(more, failing).status()), "23505");
+    EXPECT_FALSE(c.in_transaction());
     EXPECT_EQ(rows(), committed) << "the epilogue failed: nothing of the batch stays";
 
-    ASSERT_TRUE(c->execute("BEGIN").ok());
+    ASSERT_TRUE(c.execute("BEGIN").ok());
     const Statement epilogue[] = {{fourth, {}}};
-    r = c->execute_atomically_then(more, epilogue);
+    r = c.execute_atomically_then(more, epilogue);
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_EQ(r->at(0, 0), "the answer");
-    EXPECT_TRUE(c->in_transaction()) << "joined the host's transaction";
+    EXPECT_TRUE(c.in_transaction()) << "joined the host's transaction";
     EXPECT_EQ(count("SELECT count(*) FROM {schema}.t WHERE x IN (" + std::to_string(base + 3) +
                     ", " + std::to_string(base + 4) + ")"),
               2);
-    ASSERT_TRUE(c->execute("ROLLBACK").ok());
+    ASSERT_TRUE(c.execute("ROLLBACK").ok());
     EXPECT_EQ(rows(), committed) << "rolled back with the host's transaction";
     base += 10;
-  }
+  });
 }
 
 TEST_F(ConnectionTest, LedgerWorksOverAHostDriverWithoutPipelining) {
@@ -141,35 +138,33 @@ std::string show(Connection& c, const std::string& setting) {
 // libpq adapter (BEGIN and the setting pipelined in one round trip) and over
 // a host's driver that cannot pipeline (the interface's default).
 TEST_F(ConnectionTest, IdleLimitHoldsForItsTransactionOnly) {
-  ForwardingConnection host_driver(*conn_);
-  for (Connection* c :
-       {static_cast<Connection*>(conn_.get()), static_cast<Connection*>(&host_driver)}) {
-    const std::string before = show(*c, "idle_in_transaction_session_timeout");
+  over_adapter_and_host_driver([&](Connection& c) {
+    const std::string before = show(c, "idle_in_transaction_session_timeout");
     {
       absl::StatusOr<Transaction> tx = Transaction::begin(
-          *c,
+          c,
           {.isolation = IsolationLevel::kRepeatableRead, .idle_limit = absl::Milliseconds(1500)});
       ASSERT_TRUE(tx.ok()) << tx.status();
-      EXPECT_EQ(show(*c, "idle_in_transaction_session_timeout"), "1500ms");
-      EXPECT_EQ(show(*c, "transaction_isolation"), "repeatable read");
-      ASSERT_TRUE(c->execute(insert(1)).ok());
+      EXPECT_EQ(show(c, "idle_in_transaction_session_timeout"), "1500ms");
+      EXPECT_EQ(show(c, "transaction_isolation"), "repeatable read");
+      ASSERT_TRUE(c.execute(insert(1)).ok());
       ASSERT_TRUE(tx->commit().ok());
     }
-    EXPECT_EQ(show(*c, "idle_in_transaction_session_timeout"), before);
+    EXPECT_EQ(show(c, "idle_in_transaction_session_timeout"), before);
     {
       // Rounded up to the next millisecond, so a positive limit never
       // becomes 0 (which would mean none). Not checked with a limit under
       // 1 ms itself: the server would end this session, idle between two
       // statements that long, before the test could read it.
       absl::StatusOr<Transaction> tx =
-          Transaction::begin(*c, {.idle_limit = absl::Milliseconds(1500) + absl::Nanoseconds(1)});
+          Transaction::begin(c, {.idle_limit = absl::Milliseconds(1500) + absl::Nanoseconds(1)});
       ASSERT_TRUE(tx.ok()) << tx.status();
-      EXPECT_EQ(show(*c, "idle_in_transaction_session_timeout"), "1501ms");
+      EXPECT_EQ(show(c, "idle_in_transaction_session_timeout"), "1501ms");
     }
-    EXPECT_EQ(show(*c, "idle_in_transaction_session_timeout"), before);
-    EXPECT_FALSE(c->in_transaction());
-    ASSERT_TRUE(c->execute("DELETE FROM " + schema_name_ + ".t").ok());
-  }
+    EXPECT_EQ(show(c, "idle_in_transaction_session_timeout"), before);
+    EXPECT_FALSE(c.in_transaction());
+    ASSERT_TRUE(c.execute("DELETE FROM " + schema_name_ + ".t").ok());
+  });
   EXPECT_EQ(rows(), 0);
 }
 
@@ -190,24 +185,22 @@ TEST_F(ConnectionTest, IdleLimitsBelowZeroOrAboveAnHourAreRefused) {
 // it). So neither Transaction::begin nor a library call that opens its own
 // transaction starts there; the host's transaction stays open and its own.
 TEST_F(ConnectionTest, ATransactionCannotBeginInsideAnother) {
-  ForwardingConnection host_driver(*conn_);
-  for (Connection* c :
-       {static_cast<Connection*>(conn_.get()), static_cast<Connection*>(&host_driver)}) {
-    const std::string limit = show(*c, "idle_in_transaction_session_timeout");
-    ASSERT_TRUE(c->execute("BEGIN").ok());
-    ASSERT_TRUE(c->execute(insert(1)).ok());
+  over_adapter_and_host_driver([&](Connection& c) {
+    const std::string limit = show(c, "idle_in_transaction_session_timeout");
+    ASSERT_TRUE(c.execute("BEGIN").ok());
+    ASSERT_TRUE(c.execute(insert(1)).ok());
     for (const TransactionOptions& o : {TransactionOptions{}, kBoundedSnapshot}) {
-      EXPECT_EQ(Transaction::begin(*c, o).status().code(), absl::StatusCode::kFailedPrecondition);
+      EXPECT_EQ(Transaction::begin(c, o).status().code(), absl::StatusCode::kFailedPrecondition);
     }
-    absl::StatusOr<std::vector<BalanceMismatch>> found = ledger_->find_balance_mismatches(*c);
+    absl::StatusOr<std::vector<BalanceMismatch>> found = ledger_->find_balance_mismatches(c);
     EXPECT_EQ(found.status().code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_THAT(found.status().message(), ::testing::HasSubstr("cannot begin inside another"));
-    EXPECT_TRUE(c->in_transaction()) << "the host's transaction is still open";
-    EXPECT_EQ(show(*c, "transaction_isolation"), "read committed");
-    EXPECT_EQ(show(*c, "idle_in_transaction_session_timeout"), limit) << "its limit untouched";
-    ASSERT_TRUE(c->execute("ROLLBACK").ok());
+    EXPECT_TRUE(c.in_transaction()) << "the host's transaction is still open";
+    EXPECT_EQ(show(c, "transaction_isolation"), "read committed");
+    EXPECT_EQ(show(c, "idle_in_transaction_session_timeout"), limit) << "its limit untouched";
+    ASSERT_TRUE(c.execute("ROLLBACK").ok());
     EXPECT_EQ(rows(), 0) << "nothing of the host's work was committed for it";
-  }
+  });
 }
 
 // A tighter limit the session already has (the server's, the role's, the

@@ -210,6 +210,17 @@ void LedgerTest::expect_reconciled() {
       0);
 }
 
+void LedgerTest::over_adapter_and_host_driver(const std::function<void(Connection&)>& check) {
+  {
+    SCOPED_TRACE("over the libpq adapter");
+    check(*conn_);
+  }
+  if (HasFatalFailure()) return;
+  ForwardingConnection host_driver(*conn_);
+  SCOPED_TRACE("over a host's driver");
+  check(host_driver);
+}
+
 PaymentEvent LedgerTest::event(std::string id, EventType type, std::int64_t user,
                                std::string_view amount) {
   return {

@@ -109,6 +109,11 @@ class LedgerTest : public ::testing::Test {
   long lock_waiters(std::string_view function, absl::Duration patience);
   // Every user's balance == initial_balance + SUM(balance_events), none negative.
   void expect_reconciled();
+  // Runs `check` over conn_ itself (the libpq adapter) and then over a host's
+  // driver on the same session (ForwardingConnection: the interface's
+  // defaults, no pipelining), each under a trace that names it. A fatal
+  // failure in the first run ends the test there.
+  void over_adapter_and_host_driver(const std::function<void(Connection&)>& check);
   // Polls `done` every 20 ms until it holds or `patience` runs out; its last
   // answer (for a service process the test started, or a forked child).
   static bool eventually(const std::function<bool()>& done,
