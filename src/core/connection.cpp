@@ -93,12 +93,15 @@ std::string_view begin_sql(IsolationLevel level) {
 
 // The lower of the limit ($1, milliseconds) and the session's own setting
 // (0 = none; current_setting() shows it with a unit, "30s", "1min", which
-// interval input reads).
+// interval input reads). It runs under the caller's search_path, so every
+// operator has pg_catalog's exact argument types (numeric * numeric, not
+// numeric * integer): a function of a schema on that path cannot win the
+// overload (docs/schema.md, "Names inside the functions").
 constexpr std::string_view kIdleLimitSql =
-    "SELECT set_config('idle_in_transaction_session_timeout', "
+    "SELECT pg_catalog.set_config('idle_in_transaction_session_timeout', "
     "LEAST($1::bigint, NULLIF((extract(epoch FROM "
-    "current_setting('idle_in_transaction_session_timeout')::interval) * 1000)::bigint, 0))"
-    "::text, true)";
+    "pg_catalog.current_setting('idle_in_transaction_session_timeout')::interval) * 1000.0)"
+    "::bigint, 0::bigint))::text, true)";
 
 }  // namespace
 

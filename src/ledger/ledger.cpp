@@ -68,18 +68,28 @@ std::string postgres_milliseconds(absl::Duration d) {
 // user, a queued event). A chain stopped after its guard — balance_events
 // already held the key, or the account vanished — raises through
 // credit_incomplete() (migration 13), which rolls the statement back.
-// Inside a caller's transaction, the timeouts the ledger sets for its call
-// would stay for the rest of that transaction and bound (or loosen) the
-// caller's later statements. The caller's own values are kept aside before
-// and put back after, transaction-scoped like the settings themselves.
-constexpr std::string_view kKeepCallersTimeoutsSql =
-    "SELECT set_config('idemledger.callers_lock_timeout', current_setting('lock_timeout'), true), "
-    "set_config('idemledger.callers_statement_timeout', current_setting('statement_timeout'), "
-    "true)";
-constexpr std::string_view kRestoreCallersTimeoutsSql =
-    "SELECT set_config('lock_timeout', current_setting('idemledger.callers_lock_timeout'), true), "
-    "set_config('statement_timeout', current_setting('idemledger.callers_statement_timeout'), "
-    "true)";
+// Inside a caller's transaction, the settings the ledger makes for its call
+// (its timeouts, its search_path) would stay for the rest of that transaction:
+// the timeouts would bound (or loosen) the caller's later statements, and the
+// search_path would change what their unqualified names mean. The caller's
+// own values are kept aside before and put back after, transaction-scoped
+// like the settings themselves.
+constexpr std::string_view kKeepCallersSettingsSql =
+    "SELECT pg_catalog.set_config('idemledger.callers_lock_timeout', "
+    "pg_catalog.current_setting('lock_timeout'), true), "
+    "pg_catalog.set_config('idemledger.callers_statement_timeout', "
+    "pg_catalog.current_setting('statement_timeout'), "
+    "true), "
+    "pg_catalog.set_config('idemledger.callers_search_path', "
+    "pg_catalog.current_setting('search_path'), true)";
+constexpr std::string_view kRestoreCallersSettingsSql =
+    "SELECT pg_catalog.set_config('lock_timeout', "
+    "pg_catalog.current_setting('idemledger.callers_lock_timeout'), true), "
+    "pg_catalog.set_config('statement_timeout', "
+    "pg_catalog.current_setting('idemledger.callers_statement_timeout'), "
+    "true), "
+    "pg_catalog.set_config('search_path', "
+    "pg_catalog.current_setting('idemledger.callers_search_path'), true)";
 
 // Parameters are apply_event's.
 constexpr std::string_view kFastCreditSql = R"sql(
@@ -407,9 +417,15 @@ Ledger::Ledger(LedgerOptions options)
           "SELECT * FROM {schema}.void_hold($1, $2, $3::bigint, $4::boolean)")),
       // Transaction-scoped (is_local = true) so a pooled or PgBouncer-shared
       // session keeps its own settings; sent in the same batch as the apply.
-      timeouts_sql_(
-          "SELECT set_config('lock_timeout', $1, true), "
-          "set_config('statement_timeout', $2, true)"),
+      // The search_path makes every built-in the call's statement names
+      // unqualified pg_catalog's, whatever the caller's search_path holds
+      // (its functions pin the same, migration 22); this statement and the
+      // caller's settings' keep and restore, parsed under the caller's,
+      // name theirs qualified.
+      call_settings_sql_(
+          "SELECT pg_catalog.set_config('lock_timeout', $1, true), "
+          "pg_catalog.set_config('statement_timeout', $2, true), "
+          "pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true)"),
       lock_timeout_text_(postgres_milliseconds(options_.lock_timeout)),
       statement_timeout_text_(postgres_milliseconds(options_.statement_timeout)) {}
 
@@ -536,7 +552,8 @@ absl::StatusOr<Outcome> Ledger::apply_unmeasured(Connection& conn, const Payment
   AlertSink& sink = alert_sink_or_default(options_.alerts);
 
   if (route == Route::kOneStatementFirst) {
-    absl::StatusOr<Result> result = execute_with_timeouts(conn, fast_credit_sql_, apply.span());
+    absl::StatusOr<Result> result =
+        execute_with_call_settings(conn, fast_credit_sql_, apply.span());
     if (!result.ok()) return refusal_outcome(sink, event.event_id, result.status());
     absl::StatusOr<bool> applied = read_single<bool>(*result, "one-statement credit");
     if (!applied.ok()) return applied.status();
@@ -544,7 +561,7 @@ absl::StatusOr<Outcome> Ledger::apply_unmeasured(Connection& conn, const Payment
     // Nothing was written: the whole procedure decides.
   }
 
-  absl::StatusOr<Result> result = execute_with_timeouts(conn, apply_sql_, apply.span());
+  absl::StatusOr<Result> result = execute_with_call_settings(conn, apply_sql_, apply.span());
   if (!result.ok()) return refusal_outcome(sink, event.event_id, result.status());
   absl::StatusOr<ApplyAnswer> answer = read_single<ApplyAnswer>(*result, "apply_event");
   if (!answer.ok()) return answer.status();
@@ -599,7 +616,7 @@ absl::StatusOr<std::vector<absl::StatusOr<StepResult>>> Ledger::process_steps(
                       std::move(arrays.fingerprints).finish(), std::move(arrays.fees).finish(),
                       std::move(arrays.expires).finish(), std::move(arrays.hold_ids).finish(),
                       options_.write_notifications);
-  absl::StatusOr<Result> result = execute_with_timeouts(conn, batch_sql_, params.span());
+  absl::StatusOr<Result> result = execute_with_call_settings(conn, batch_sql_, params.span());
   if (!result.ok()) {
     // The transaction did all of it or none of it, and every step is keyed:
     // the same batch can be sent again, even after an in-doubt commit.
@@ -647,21 +664,21 @@ absl::StatusOr<StepResult> Ledger::process_step(Connection& conn, const LedgerSt
       step);
 }
 
-absl::StatusOr<Result> Ledger::execute_with_timeouts(Connection& conn, std::string_view sql,
-                                                     std::span<const Param> params) const {
+absl::StatusOr<Result> Ledger::execute_with_call_settings(Connection& conn, std::string_view sql,
+                                                          std::span<const Param> params) const {
   const Params timeouts(lock_timeout_text_, statement_timeout_text_);
   if (!conn.in_transaction()) {
     // The settings end with the batch's own commit.
-    const std::array<Statement, 2> batch = {Statement{timeouts_sql_, timeouts.span()},
+    const std::array<Statement, 2> batch = {Statement{call_settings_sql_, timeouts.span()},
                                             Statement{sql, params}};
     return conn.execute_atomically(batch);
   }
-  // Joining the caller's transaction: its timeouts come back after the call,
+  // Joining the caller's transaction: its settings come back after the call,
   // in the same round trip.
-  const std::array<Statement, 3> batch = {Statement{kKeepCallersTimeoutsSql, {}},
-                                          Statement{timeouts_sql_, timeouts.span()},
+  const std::array<Statement, 3> batch = {Statement{kKeepCallersSettingsSql, {}},
+                                          Statement{call_settings_sql_, timeouts.span()},
                                           Statement{sql, params}};
-  const std::array<Statement, 1> then = {Statement{kRestoreCallersTimeoutsSql, {}}};
+  const std::array<Statement, 1> then = {Statement{kRestoreCallersSettingsSql, {}}};
   return conn.execute_atomically_then(batch, then);
 }
 
@@ -669,7 +686,7 @@ absl::StatusOr<HoldResult> Ledger::run_hold_step(Connection& conn, std::string_v
                                                  std::span<const Param> params,
                                                  std::string_view what, std::string_view id) const {
   AlertSink& sink = alert_sink_or_default(options_.alerts);
-  absl::StatusOr<Result> r = execute_with_timeouts(conn, sql, params);
+  absl::StatusOr<Result> r = execute_with_call_settings(conn, sql, params);
   if (!r.ok()) return hold_step_refusal(sink, id, r.status());
   absl::StatusOr<Row> row = r->single_row(what);
   if (!row.ok()) return row.status();

@@ -133,6 +133,11 @@ const std::vector<Migration>& migrations() {
        {
 #include "src/ledger/migrations/0021_set_based_record.inc"
        }},
+      {22,
+       "pinned_search_path",
+       {
+#include "src/ledger/migrations/0022_pinned_search_path.inc"
+       }},
   };
   return all;
 }
@@ -273,6 +278,20 @@ absl::Status migrate(Connection& conn, const MigrateOptions& options) {
   }
   absl::StatusOr<Transaction> tx = Transaction::begin(conn, kBoundedTransaction);
   if (!tx.ok()) return tx.status();
+  // Transaction-scoped, so nothing leaks into the session: what migration 10
+  // reads when it creates the default asset, and a search_path under which
+  // every built-in the DDL names (a default's now(), a cast) is pg_catalog's,
+  // whatever the caller's search_path holds (see migration 22).
+  if (absl::Status s =
+          check(conn.execute("SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', "
+                             "true), pg_catalog.set_config('idemledger.default_asset', $1, true), "
+                             "pg_catalog.set_config('idemledger.default_asset_decimals', $2, "
+                             "true)",
+                             Params(default_asset->code(), options.default_asset_decimals)),
+                "settings");
+      !s.ok()) {
+    return s;
+  }
   if (absl::Status s = internal::lock_schema_ddl(conn, schema); !s.ok()) {
     return absl::Status(s.code(), fmt::format("migrate: advisory lock: {}", s.message()));
   }
@@ -293,17 +312,6 @@ absl::Status migrate(Connection& conn, const MigrateOptions& options) {
                     schema.name(), *current, latest_schema_version()));
   }
   if (absl::Status s = verify_checksums(conn, schema, *current); !s.ok()) return s;
-  // What migration 10 reads when it creates the default asset; transaction-
-  // scoped, so nothing leaks into the session.
-  if (absl::Status s =
-          check(conn.execute("SELECT set_config('idemledger.default_asset', $1, true), "
-                             "set_config('idemledger.default_asset_decimals', $2, "
-                             "true)",
-                             Params(default_asset->code(), options.default_asset_decimals)),
-                "settings");
-      !s.ok()) {
-    return s;
-  }
   for (const Migration& m : migrations()) {
     if (m.version <= *current || m.version > target) continue;
     for (std::string_view statement : m.statements) {

@@ -220,10 +220,12 @@ TEST_F(Fault, HostTransaction_DepositJoinsItAndRollsBackWithIt) {
 }
 
 // Inside a host's transaction a call bounds its own statement with the
-// ledger's timeouts, and the host's own values are back when it returns, for
-// every kind of call: over the libpq adapter (the epilogue pipelined) and
-// over a host's driver (the interface's default).
-TEST_F(Fault, HostTransaction_KeepsTheCallersTimeouts) {
+// ledger's timeouts and names built-ins under its own search_path, and the
+// host's own values are back when it returns, for every kind of call: over
+// the libpq adapter (the epilogue pipelined) and over a host's driver (the
+// interface's default). tests/ledger/search_path_db_test.cpp shows what the
+// search_path keeps out.
+TEST_F(Fault, HostTransaction_KeepsTheCallersTimeoutsAndSearchPath) {
   open_account(1, "100");
   int round = 0;
   over_adapter_and_host_driver([&](Connection& c) {
@@ -231,9 +233,11 @@ TEST_F(Fault, HostTransaction_KeepsTheCallersTimeouts) {
     ASSERT_TRUE(c.execute("BEGIN").ok());
     ASSERT_TRUE(c.execute("SET LOCAL lock_timeout = '1234ms'").ok());
     ASSERT_TRUE(c.execute("SET LOCAL statement_timeout = '56789ms'").ok());
+    ASSERT_TRUE(c.execute("SET LOCAL search_path = public, pg_temp").ok());
     const auto expect_the_callers = [&](std::string_view after) {
       EXPECT_EQ(scalar("SHOW lock_timeout"), "1234ms") << "after " << after;
       EXPECT_EQ(scalar("SHOW statement_timeout"), "56789ms") << "after " << after;
+      EXPECT_EQ(scalar("SHOW search_path"), "public, pg_temp") << "after " << after;
     };
     EXPECT_EQ(*ledger_->process_deposit(c, event("d_" + n, EventType::kDeposit, 1, "5")),
               Outcome::kApplied);
@@ -261,6 +265,7 @@ TEST_F(Fault, HostTransaction_KeepsTheCallersTimeouts) {
   EXPECT_EQ(balance(1), "102");  // 100 + 2 x (5 - 3 + 1 - 2)
   EXPECT_EQ(scalar("SHOW lock_timeout"), "0");
   EXPECT_EQ(scalar("SHOW statement_timeout"), "0");
+  EXPECT_EQ(scalar("SHOW search_path"), "\"$user\", public");
   expect_reconciled();
 }
 

@@ -43,6 +43,12 @@
 //   nothing of its own, rolls back with it) and bounds its own statement with
 //   LedgerOptions' lock_timeout and statement_timeout; the caller's own values
 //   of both are back in effect when it returns (same round trip).
+// - Names resolve the same whoever calls: each operation's statements and the
+//   functions they call run with search_path = pg_catalog, pg_temp, so no
+//   schema on the caller's search_path (public, writable by others on older
+//   databases) can put its own function or operator in place of a built-in.
+//   Inside the caller's transaction, its search_path is back when the
+//   operation returns, as its timeouts are.
 //
 // Errors: kInvalidArgument (bad input, an amount beyond its asset's decimals,
 // an unknown asset; nothing written), kNotFound (unknown user or hold),
@@ -332,12 +338,13 @@ class Ledger {
   absl::StatusOr<Outcome> apply(Connection& conn, const PaymentEvent& event, Route route) const;
   absl::StatusOr<Outcome> apply_unmeasured(Connection& conn, const PaymentEvent& event,
                                            Route route) const;
-  // `sql` pipelined after the transaction-scoped timeouts: one transaction,
-  // one round trip. Inside the caller's transaction, the caller's own
-  // timeouts are put back after `sql`, in the same round trip.
-  absl::StatusOr<Result> execute_with_timeouts(Connection& conn, std::string_view sql,
-                                               std::span<const Param> params) const;
-  // One hold step's statement, pipelined after the timeouts.
+  // `sql` pipelined after the call's transaction-scoped settings (timeouts,
+  // search_path): one transaction, one round trip. Inside the caller's
+  // transaction, the caller's own values are put back after `sql`, in the
+  // same round trip.
+  absl::StatusOr<Result> execute_with_call_settings(Connection& conn, std::string_view sql,
+                                                    std::span<const Param> params) const;
+  // One hold step's statement, pipelined after the call's settings.
   absl::StatusOr<HoldResult> run_hold_step(Connection& conn, std::string_view sql,
                                            std::span<const Param> params, std::string_view what,
                                            std::string_view id) const;
@@ -357,7 +364,7 @@ class Ledger {
   std::string hold_sql_;
   std::string post_sql_;
   std::string void_sql_;
-  std::string timeouts_sql_;
+  std::string call_settings_sql_;
   std::string lock_timeout_text_;
   std::string statement_timeout_text_;
 };

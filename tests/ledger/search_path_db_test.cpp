@@ -1,0 +1,212 @@
+// A caller's search_path decides nothing inside the ledger: no schema on it can
+// put its own function in place of a built-in in a call's statements, in the
+// functions they call, or in what migrate() creates (migration 22, and the
+// search_path every call and migration sets for itself).
+//
+// The trap is a schema of the test's own ("<schema>_evil"), standing for one
+// another role can create objects in (public, on a database created before
+// PostgreSQL 15 or upgraded from one). Its functions record each call in
+// <evil>.hits; every test first shows the trap is live for the host's own SQL.
+#include <fmt/format.h>
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "idemledger/core/connection.hpp"
+#include "idemledger/core/params.hpp"
+#include "idemledger/ledger/hold.hpp"
+#include "idemledger/ledger/ledger.hpp"
+#include "idemledger/ledger/migrate.hpp"
+#include "tests/support/test_db.hpp"
+
+namespace idemledger::testing {
+namespace {
+
+class SearchPath : public LedgerTest {
+ protected:
+  void SetUp() override {
+    LedgerTest::SetUp();
+    evil_ = schema_name_ + "_evil";
+    exec("DROP SCHEMA IF EXISTS " + evil_ + " CASCADE");
+    exec("CREATE SCHEMA " + evil_);
+    exec("CREATE TABLE " + evil_ + ".hits (what text NOT NULL)");
+    // With pg_catalog searched first, as it is unless listed: its own
+    // jsonb_build_object takes VARIADIC "any", and one whose argument types
+    // match a notice's exactly wins the overload.
+    exec("CREATE FUNCTION " + evil_ +
+         ".jsonb_build_object(text, text, text, text, text, bigint, text, text, text, text) "
+         "RETURNS jsonb LANGUAGE sql AS $$ INSERT INTO " +
+         evil_ + ".hits VALUES ('jsonb_build_object') RETURNING '{\"forged\": true}'::jsonb $$");
+    // Likewise an operator: pg_catalog multiplies numeric by numeric, so
+    // numeric * integer is the trap's.
+    exec("CREATE FUNCTION " + evil_ +
+         ".times(numeric, integer) RETURNS numeric LANGUAGE sql "
+         "AS $$ INSERT INTO " +
+         evil_ +
+         ".hits VALUES ('*') "
+         "RETURNING $1 OPERATOR(pg_catalog.*) $2 $$");
+    exec("CREATE OPERATOR " + evil_ +
+         ".* (LEFTARG = numeric, RIGHTARG = integer, FUNCTION = " + evil_ + ".times)");
+    // Listed before pg_catalog: a function of the same signature shadows it.
+    exec("CREATE FUNCTION " + evil_ + ".now() RETURNS timestamptz LANGUAGE sql AS $$ INSERT INTO " +
+         evil_ + ".hits VALUES ('now') RETURNING pg_catalog.now() $$");
+    ledger_ = std::make_unique<Ledger>(options({.write_notifications = true}));
+    open_account(1, "100");
+  }
+  void TearDown() override {
+    exec("DROP SCHEMA IF EXISTS " + evil_ + " CASCADE");
+    LedgerTest::TearDown();
+  }
+
+  long hits() { return count("SELECT count(*) FROM " + evil_ + ".hits"); }
+
+  // The trap is live: the host's own notice-shaped call, numeric * integer
+  // and now() hit it under `host`'s search_path (now() only when
+  // `path_lists_evil_first`).
+  void expect_the_trap_is_live(Connection& host, bool path_lists_evil_first) {
+    const long before = hits();
+    ASSERT_TRUE(host.execute("SELECT jsonb_build_object('event_id', 'x'::text, 'event_type', "
+                             "'deposit'::text, 'user_id', 1::bigint, 'asset', 'A'::text, "
+                             "'amount', '1'::text)")
+                    .ok());
+    ASSERT_TRUE(host.execute("SELECT 1.5 * 2").ok());
+    ASSERT_TRUE(host.execute("SELECT now()").ok());
+    ASSERT_EQ(hits(), before + (path_lists_evil_first ? 3 : 2));
+  }
+
+  // Every kind of call (each route of each operation) on `host`, each
+  // answer checked. The balance moves 5 - 3 - 2 (posted) + 1 + 1 = +2; the
+  // voided hold moves nothing.
+  void call_every_kind(Connection& host, const std::string& tag) {
+    SCOPED_TRACE(tag);
+    // The one-statement credit, then the function (a withdrawal).
+    EXPECT_EQ(*ledger_->process_deposit(host, event("d_" + tag, EventType::kDeposit, 1, "5")),
+              Outcome::kApplied);
+    EXPECT_EQ(*ledger_->process_withdrawal(host, event("w_" + tag, EventType::kWithdrawal, 1, "3")),
+              Outcome::kApplied);
+    // A hold, posted; another held and voided in one batch with a deposit.
+    absl::StatusOr<HoldResult> held = ledger_->hold(
+        host, {.event_id = "h_" + tag, .user_id = 1, .amount = *Amount::parse("2"), .fee = {}});
+    ASSERT_TRUE(held.ok()) << held.status();
+    EXPECT_EQ(held->outcome, HoldOutcome::kApplied);
+    absl::StatusOr<HoldResult> posted = ledger_->post(host, {.hold_id = "h_" + tag});
+    ASSERT_TRUE(posted.ok()) << posted.status();
+    EXPECT_EQ(posted->state, HoldState::kPosted);
+    const std::vector<LedgerStep> steps = {
+        event("b_" + tag, EventType::kDeposit, 1, "1"),
+        HoldRequest{.event_id = "v_" + tag, .user_id = 1, .amount = *Amount::parse("1")},
+        VoidRequest{.hold_id = "v_" + tag}};
+    absl::StatusOr<std::vector<absl::StatusOr<StepResult>>> batch =
+        ledger_->process_steps(host, steps);
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    ASSERT_EQ(batch->size(), 3u);
+    for (const absl::StatusOr<StepResult>& r : *batch) ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(std::get<Outcome>(*(*batch)[0]), Outcome::kApplied);
+    EXPECT_EQ(std::get<HoldResult>(*(*batch)[2]).state, HoldState::kVoided);
+    // A host calling the function itself, under its own search_path.
+    absl::StatusOr<Result> direct =
+        host.execute(schema_.qualify("SELECT {schema}.apply_event($1, 'deposit', 1, NULL, 1, $2, "
+                                     "$3, true)"),
+                     Params("f_" + tag, "k_" + tag, "p_" + tag));
+    ASSERT_TRUE(direct.ok()) << direct.status();
+    EXPECT_EQ(direct->row(0).get<std::string>(0).value_or(""), "applied");
+  }
+
+  // Every call of `call_every_kind`, once on its own and once joining a
+  // host's transaction, under `path`, hit nothing; the notices are the
+  // ledger's own; the balance and the ledger agree.
+  void expect_no_call_hits_the_trap(std::string_view path, bool path_lists_evil_first) {
+    std::unique_ptr<pg::Connection> host = connect();
+    ASSERT_TRUE(host->execute(fmt::format("SET search_path = {}", path)).ok());
+    expect_the_trap_is_live(*host, path_lists_evil_first);
+    const long before = hits();
+    call_every_kind(*host, "own");
+    ASSERT_TRUE(host->execute("BEGIN").ok());
+    call_every_kind(*host, "joined");
+    // The host's search_path is its own again, and so is what its names mean.
+    EXPECT_EQ(*host->execute("SHOW search_path")->row(0).get<std::string>(0), path);
+    ASSERT_TRUE(host->execute("COMMIT").ok());
+    EXPECT_EQ(hits(), before) << "a call ran the trap's code";
+    EXPECT_EQ(count("SELECT count(*) FROM {schema}.outbox WHERE payload ? 'forged'"), 0);
+    EXPECT_EQ(count("SELECT count(*) FROM {schema}.outbox WHERE payload ? 'event_id'"),
+              count("SELECT count(*) FROM {schema}.outbox"));
+    EXPECT_EQ(balance(1), "104");  // 100 + 2 x 2
+    expect_reconciled();
+  }
+
+  std::string evil_;
+};
+
+TEST_F(SearchPath, AWritableSchemaOnTheCallersPathRunsNothingInACall) {
+  IDEMLEDGER_NEEDS_OWN_SESSION("a session-level search_path");
+  expect_no_call_hits_the_trap(evil_ + ", public", false);
+}
+
+TEST_F(SearchPath, ASchemaListedBeforePgCatalogShadowsNothingInACall) {
+  IDEMLEDGER_NEEDS_OWN_SESSION("a session-level search_path");
+  expect_no_call_hits_the_trap(evil_ + ", pg_catalog", true);
+}
+
+// A transaction the library opens for itself (a worker's claim and apply, a
+// replay, reconciliation, a migration) sets its idle limit in its BEGIN's
+// round trip, under the caller's search_path: that statement runs nothing of
+// a schema on it.
+TEST_F(SearchPath, ATransactionsIdleLimitRunsNothingOfTheCallers) {
+  IDEMLEDGER_NEEDS_OWN_SESSION("a session-level search_path");
+  std::unique_ptr<pg::Connection> host = connect();
+  ASSERT_TRUE(host->execute(fmt::format("SET search_path = {}, public", evil_)).ok());
+  expect_the_trap_is_live(*host, false);
+  const long before = hits();
+  absl::StatusOr<Transaction> tx = Transaction::begin(*host, kBoundedTransaction);
+  ASSERT_TRUE(tx.ok()) << tx.status();
+  EXPECT_EQ(*host->execute("SHOW idle_in_transaction_session_timeout")->row(0).get<std::string>(0),
+            "30s");
+  ASSERT_TRUE(tx->commit().ok());
+  EXPECT_EQ(hits(), before);
+}
+
+// What migrate() creates binds pg_catalog's built-ins (a default's now(), a
+// check's functions), not the caller's: nothing in the new schema depends on
+// a function of the trap's schema, and the migration ran none.
+TEST_F(SearchPath, MigrateBindsOnlyBuiltInsUnderAHostilePath) {
+  IDEMLEDGER_NEEDS_OWN_SESSION("a session-level search_path");
+  std::unique_ptr<pg::Connection> host = connect();
+  ASSERT_TRUE(host->execute(fmt::format("SET search_path = {}, pg_catalog", evil_)).ok());
+  expect_the_trap_is_live(*host, true);
+  // Objects bound to a function of the trap's schema (its own operator is one).
+  const std::string bound_to_the_trap =
+      "SELECT count(*) FROM pg_depend d JOIN pg_proc p ON p.oid = d.refobjid "
+      "WHERE d.refclassid = 'pg_proc'::regclass AND p.pronamespace = '" +
+      evil_ + "'::regnamespace";
+  const long bound_before = count(bound_to_the_trap);
+  const long before = hits();
+  const std::string fresh_name = schema_name_ + "_m";
+  const Schema fresh = *Schema::create(fresh_name);
+  exec("DROP SCHEMA IF EXISTS " + fresh_name + " CASCADE");
+  const absl::Status migrated = migrate(*host, fresh);
+  ASSERT_TRUE(migrated.ok()) << migrated;
+  EXPECT_EQ(hits(), before);
+  EXPECT_EQ(count(bound_to_the_trap), bound_before);
+  exec("DROP SCHEMA " + fresh_name + " CASCADE");
+}
+
+// Every function of the schema pins its search_path (migration 22) but the
+// helpers that run only beneath pinned functions: a function a later
+// migration creates without the clause, and not added to the helpers there,
+// fails here.
+TEST_F(SearchPath, EveryFunctionOfTheSchemaPinsItOrIsAHelper) {
+  const std::string unpinned =
+      "FROM pg_proc WHERE pronamespace = '{schema}'::regnamespace AND NOT coalesce("
+      "'search_path=pg_catalog, pg_temp' = ANY (proconfig), false)";
+  EXPECT_EQ(scalar("SELECT string_agg(proname, ', ' ORDER BY proname) " + unpinned),
+            "asset_admitting, check_decimals, check_enabled, create_month_partition, dead_letter, "
+            "guard_ledger_key, lock_hold, month_partition, post_entries, release_hold, "
+            "settle_event, transition_events, transition_hold");
+  EXPECT_EQ(count("SELECT count(*) FROM pg_proc WHERE pronamespace = '{schema}'::regnamespace") -
+                count("SELECT count(*) " + unpinned),
+            29);
+}
+
+}  // namespace
+}  // namespace idemledger::testing
