@@ -11,7 +11,11 @@ bin=build/examples
 logs=build/demo-logs
 rm -rf "$logs" && mkdir -p "$logs"
 
-export IDEMLEDGER_DSN="$IDEMLEDGER_TEST_DSN" IDEMLEDGER_SCHEMA=demo
+# Every service's session names built-ins under pg_catalog alone, as a
+# deployment's role should (docs/deploy.md, "The database role"): all the SQL
+# they send qualifies the schema's objects, and the demo proves it.
+export IDEMLEDGER_DSN="$IDEMLEDGER_TEST_DSN options='-c search_path=pg_catalog,pg_temp'"
+export IDEMLEDGER_SCHEMA=demo
 IDEMLEDGER_WEBHOOK_SECRET=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
 IDEMLEDGER_DLQ_SPOOL_KEY=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
 export IDEMLEDGER_WEBHOOK_SECRET IDEMLEDGER_TIMESTAMP_TOLERANCE_S=300 IDEMLEDGER_DLQ_SPOOL_KEY
