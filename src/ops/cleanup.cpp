@@ -14,7 +14,7 @@ namespace {
 // What may go: a final outcome older than the TTL ($1, in milliseconds).
 constexpr std::string_view kExpired =
     " WHERE p.outcome IN ('success', 'insufficient_funds')"
-    "   AND p.created_at < now() - $1::bigint * interval '1 millisecond'";
+    "   AND p.created_at < now() - $1::double precision * interval '1 millisecond'";
 
 }  // namespace
 

@@ -12,16 +12,16 @@ absl::StatusOr<HealthReport> check_health(Connection& conn, const MonitorOptions
       options.schema.qualify(
           "SELECT"
           " (SELECT count(*) FROM {schema}.payment_events WHERE status = 'processing'"
-          "   AND updated_at < now() - $1::bigint * interval '1 millisecond'),"
+          "   AND updated_at < now() - $1::double precision * interval '1 millisecond'),"
           " (SELECT count(*) FROM {schema}.payment_events WHERE status IN ('pending', 'enqueued')"
-          "   AND updated_at < now() - $2::bigint * interval '1 millisecond'),"
+          "   AND updated_at < now() - $2::double precision * interval '1 millisecond'),"
           " (SELECT count(*) FROM {schema}.dead_letter_queue WHERE created_at > now() - interval "
           "'1 hour'),"
           " (SELECT count(*) FROM {schema}.processed_events WHERE outcome = 'pending'"
-          "   AND created_at < now() - $3::bigint * interval '1 millisecond'),"
+          "   AND created_at < now() - $3::double precision * interval '1 millisecond'),"
           " {schema}.next_month_partition_missing(),"
           " (SELECT count(*) FROM {schema}.holds WHERE state = 'held'"
-          "   AND expires_at < now() - $4::bigint * interval '1 millisecond')"),
+          "   AND expires_at < now() - $4::double precision * interval '1 millisecond')"),
       Params(options.processing_zombie_after, options.queued_zombie_after,
              options.stuck_record_after, options.overdue_hold_after));
   if (!r.ok()) return r.status();

@@ -74,7 +74,7 @@ absl::Status Reconciler::find_imbalances(Connection& conn, ReconcileReport& repo
   absl::StatusOr<Result> r = conn.execute(options_.schema.qualify(
       "SELECT asset, sum(amount) FROM (SELECT asset, amount FROM {schema}.balance_events "
       "UNION ALL SELECT asset, amount FROM {schema}.system_entries) legs "
-      "GROUP BY asset HAVING sum(amount) <> 0 ORDER BY asset"));
+      "GROUP BY asset HAVING sum(amount) <> 0::numeric ORDER BY asset"));
   if (!r.ok()) return r.status();
   for (std::size_t i = 0; i < r->rows.size(); ++i) {
     auto read = r->row(i).read<std::string, Amount>();
@@ -136,7 +136,7 @@ absl::StatusOr<std::optional<absl::Duration>> standby_replay_lag(Connection& con
   absl::StatusOr<Result> r = conn.execute(
       "SELECT CASE WHEN NOT pg_is_in_recovery() THEN NULL "
       "WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0 "
-      "ELSE (extract(epoch FROM now() - pg_last_xact_replay_timestamp()) * 1000000)::bigint END");
+      "ELSE (extract(epoch FROM now() - pg_last_xact_replay_timestamp()) * 1000000.0)::bigint END");
   if (!r.ok()) return r.status();
   absl::StatusOr<Row> row = r->single_row("standby replay lag");
   if (!row.ok()) return row.status();
@@ -158,9 +158,9 @@ absl::StatusOr<ReconcileReport> Reconciler::hot_path(Connection& conn,
     const Params params(window);
     const std::string touched = options_.schema.qualify(
         "SELECT user_id AS id FROM {schema}.balance_events "
-        "WHERE created_at > now() - $1::bigint * interval '1 millisecond' "
+        "WHERE created_at > now() - $1::double precision * interval '1 millisecond' "
         "UNION SELECT user_id FROM {schema}.holds "
-        "WHERE updated_at > now() - $1::bigint * interval '1 millisecond'");
+        "WHERE updated_at > now() - $1::double precision * interval '1 millisecond'");
     if (absl::Status s = check_batch(conn, touched, params, report); !s.ok()) return s;
     if (absl::Status s = tx->commit(); !s.ok()) return s;
   }

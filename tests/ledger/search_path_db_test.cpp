@@ -1,7 +1,9 @@
-// A caller's search_path decides nothing inside the ledger: no schema on it can
-// put its own function in place of a built-in in a call's statements, in the
-// functions they call, or in what migrate() creates (migration 22, and the
-// search_path every call and migration sets for itself).
+// A caller's search_path decides nothing inside the library: no schema on it
+// can put its own function in place of a built-in in a ledger call's
+// statements, the functions they call, what migrate() creates (migration 22,
+// and the search_path every call and migration sets for itself), or the
+// statements of the operations that run under the caller's own (exact-typed
+// operators).
 //
 // The trap is a schema of the test's own ("<schema>_evil"), standing for one
 // another role can create objects in (public, on a database created before
@@ -18,6 +20,10 @@
 #include "idemledger/ledger/hold.hpp"
 #include "idemledger/ledger/ledger.hpp"
 #include "idemledger/ledger/migrate.hpp"
+#include "idemledger/ops/cleanup.hpp"
+#include "idemledger/ops/monitor.hpp"
+#include "idemledger/ops/reconcile.hpp"
+#include "src/relay/internal/store.hpp"
 #include "tests/support/test_db.hpp"
 
 namespace idemledger::testing {
@@ -48,6 +54,23 @@ class SearchPath : public LedgerTest {
          "RETURNING $1 OPERATOR(pg_catalog.*) $2 $$");
     exec("CREATE OPERATOR " + evil_ +
          ".* (LEFTARG = numeric, RIGHTARG = integer, FUNCTION = " + evil_ + ".times)");
+    // Operators pg_catalog has only for other types (float8 * interval,
+    // numeric <> numeric), which the operations' statements used: a lease or
+    // a TTL of nothing, and an asset that never fails to sum to zero.
+    exec("CREATE FUNCTION " + evil_ +
+         ".times_interval(bigint, interval) RETURNS interval "
+         "LANGUAGE sql AS $$ INSERT INTO " +
+         evil_ +
+         ".hits VALUES ('bigint * interval') "
+         "RETURNING interval '0' $$");
+    exec("CREATE OPERATOR " + evil_ +
+         ".* (LEFTARG = bigint, RIGHTARG = interval, FUNCTION = " + evil_ + ".times_interval)");
+    exec("CREATE FUNCTION " + evil_ +
+         ".differs(numeric, integer) RETURNS boolean LANGUAGE sql "
+         "AS $$ INSERT INTO " +
+         evil_ + ".hits VALUES ('numeric <> integer') RETURNING false $$");
+    exec("CREATE OPERATOR " + evil_ +
+         ".<> (LEFTARG = numeric, RIGHTARG = integer, FUNCTION = " + evil_ + ".differs)");
     // Listed before pg_catalog: a function of the same signature shadows it.
     exec("CREATE FUNCTION " + evil_ + ".now() RETURNS timestamptz LANGUAGE sql AS $$ INSERT INTO " +
          evil_ + ".hits VALUES ('now') RETURNING pg_catalog.now() $$");
@@ -164,6 +187,61 @@ TEST_F(SearchPath, ATransactionsIdleLimitRunsNothingOfTheCallers) {
             "30s");
   ASSERT_TRUE(tx->commit().ok());
   EXPECT_EQ(hits(), before);
+}
+
+// The operations a host or a service runs on its own session (idempotency
+// cleanup, reconciliation, the health check, the relay's claims) run nothing
+// of a schema on its search_path, and mean what they say: a TTL, a window and
+// a lease keep their length, and an asset that does not sum to zero is found.
+TEST_F(SearchPath, TheOperationsRunNothingOfTheCallers) {
+  IDEMLEDGER_NEEDS_OWN_SESSION("a session-level search_path");
+  // Two deposits (idempotency records): one an hour older than the TTL.
+  ASSERT_EQ(*ledger_->process_deposit(*conn_, event("d_old", EventType::kDeposit, 1, "1")),
+            Outcome::kApplied);
+  ASSERT_EQ(*ledger_->process_deposit(*conn_, event("d_new", EventType::kDeposit, 1, "1")),
+            Outcome::kApplied);
+  exec(
+      "UPDATE {schema}.processed_events SET created_at = now() - interval '2 hours' "
+      "WHERE idempotency_key = (SELECT idempotency_key FROM {schema}.processed_events "
+      "ORDER BY created_at LIMIT 1)");
+  // One leg without its twin: the asset no longer sums to zero.
+  exec(
+      "INSERT INTO {schema}.system_entries (asset, account, amount, event_type, source_event_id) "
+      "SELECT code, 'external', 1, 'deposit', 'planted' FROM {schema}.assets WHERE is_default");
+
+  std::unique_ptr<pg::Connection> host = connect();
+  ASSERT_TRUE(host->execute(fmt::format("SET search_path = {}, public", evil_)).ok());
+  expect_the_trap_is_live(*host, false);
+  const long before = hits();
+
+  absl::StatusOr<CleanupReport> cleaned =
+      cleanup_idempotency_records(*host, {.schema = schema_, .ttl = absl::Hours(1)});
+  ASSERT_TRUE(cleaned.ok()) << cleaned.status();
+  EXPECT_EQ(cleaned->deleted, 1);
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.processed_events"), 1);
+
+  const Reconciler reconciler({.schema = schema_, .alerts = &alerts_});
+  absl::StatusOr<ReconcileReport> hot = reconciler.hot_path(*host, absl::Hours(1));
+  ASSERT_TRUE(hot.ok()) << hot.status();
+  EXPECT_EQ(hot->users_checked, 1);
+  absl::StatusOr<ReconcileReport> full = reconciler.full(*host);
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_EQ(full->imbalances.size(), 1u);
+
+  absl::StatusOr<HealthReport> health =
+      check_health(*host, {.schema = schema_, .alerts = &alerts_});
+  ASSERT_TRUE(health.ok()) << health.status();
+
+  const internal::RelayStore store(schema_);
+  absl::StatusOr<std::vector<RelayMessage>> claimed =
+      store.claim_outbox(*host, "relay_1", absl::Minutes(10), 10);
+  ASSERT_TRUE(claimed.ok()) << claimed.status();
+  EXPECT_EQ(claimed->size(), 2u);  // the deposits' notices
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.outbox "
+                  "WHERE claimed_until > now() + interval '9 minutes'"),
+            2);
+
+  EXPECT_EQ(hits(), before) << "an operation ran the trap's code";
 }
 
 // What migrate() creates binds pg_catalog's built-ins (a default's now(), a

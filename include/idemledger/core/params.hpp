@@ -8,7 +8,9 @@
 //
 // Conversions: strings are viewed (an rvalue string is kept); integers in
 // decimal; bool as true/false; Amount canonically; absl::Duration as whole
-// milliseconds (bind it as $n::bigint * interval '1 millisecond');
+// milliseconds (as an interval: $n::double precision * interval
+// '1 millisecond', pg_catalog's exact operator; bigint * interval has none,
+// so a schema on the caller's search_path could supply one);
 // std::nullopt and an empty std::optional as NULL (null_if_empty: "" too).
 //
 // Params is a value type meant to live for one call; thread-compatible. So is

@@ -33,7 +33,7 @@ RelayStore::RelayStore(const Schema& schema)
                        (SELECT b.state FROM {schema}.circuit_breakers b WHERE b.name = $1))sql")),
       claim_outbox_(schema.qualify(
           R"sql(UPDATE {schema}.outbox o
-                   SET claimed_by = $1, claimed_until = now() + $2::bigint * interval '1 millisecond'
+                   SET claimed_by = $1, claimed_until = now() + $2::double precision * interval '1 millisecond'
                  WHERE o.id IN (SELECT c.id FROM {schema}.outbox c
                                  WHERE c.published_at IS NULL AND c.diverted_at IS NULL
                                    AND (c.claimed_until IS NULL OR c.claimed_until < now())
@@ -41,14 +41,14 @@ RelayStore::RelayStore(const Schema& schema)
              RETURNING o.id, o.topic, o.payload::text)sql")),
       claim_dead_letters_(schema.qualify(
           R"sql(UPDATE {schema}.relay_dead_letters d
-                   SET claimed_by = $1, claimed_until = now() + $2::bigint * interval '1 millisecond'
+                   SET claimed_by = $1, claimed_until = now() + $2::double precision * interval '1 millisecond'
                  WHERE d.id IN (SELECT c.id FROM {schema}.relay_dead_letters c
                                  WHERE c.resolution IS NULL AND c.next_attempt_at <= now()
                                    AND (c.claimed_until IS NULL OR c.claimed_until < now())
                                  ORDER BY c.next_attempt_at, c.id LIMIT $3::int
                                  FOR UPDATE SKIP LOCKED)
              RETURNING d.outbox_id, d.topic, d.message::text, d.id, d.dlq_retries,
-                       (extract(epoch FROM now() - d.first_dlq_at) * 1000)::bigint, d.reason)sql")),
+                       (extract(epoch FROM now() - d.first_dlq_at) * 1000.0)::bigint, d.reason)sql")),
       delivered_from_outbox_(schema.qualify(
           R"sql(UPDATE {schema}.outbox o SET published_at = now(), claimed_until = NULL
                  WHERE o.id = $1::bigint AND o.claimed_by = $2
@@ -73,7 +73,7 @@ RelayStore::RelayStore(const Schema& schema)
                        (outbox_id, topic, message, dlq_retries, reason, next_attempt_at,
                         resolution, drop_reason, resolved_at)
                 SELECT m.id, m.topic, m.payload, 1, $3,
-                       now() + $4::bigint * interval '1 millisecond',
+                       now() + $4::double precision * interval '1 millisecond',
                        CASE WHEN $5::text IS NOT NULL THEN 'dropped' END, $5::text,
                        CASE WHEN $5::text IS NOT NULL THEN now() END
                   FROM moved m)sql")),
@@ -82,7 +82,7 @@ RelayStore::RelayStore(const Schema& schema)
       dead_letter_again_(schema.qualify(
           R"sql(UPDATE {schema}.relay_dead_letters d
                    SET dlq_retries = d.dlq_retries + 1, last_dlq_at = now(), reason = $3,
-                       next_attempt_at = now() + $4::bigint * interval '1 millisecond',
+                       next_attempt_at = now() + $4::double precision * interval '1 millisecond',
                        claimed_by = NULL, claimed_until = NULL,
                        resolution = CASE WHEN d.dlq_retries + 1 > $5::int THEN 'dropped' END,
                        drop_reason = CASE WHEN d.dlq_retries + 1 > $5::int
