@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -40,40 +41,20 @@ class SearchPath : public LedgerTest {
     // With pg_catalog searched first, as it is unless listed: its own
     // jsonb_build_object takes VARIADIC "any", and one whose argument types
     // match a notice's exactly wins the overload.
-    exec("CREATE FUNCTION " + evil_ +
-         ".jsonb_build_object(text, text, text, text, text, bigint, text, text, text, text) "
-         "RETURNS jsonb LANGUAGE sql AS $$ INSERT INTO " +
-         evil_ + ".hits VALUES ('jsonb_build_object') RETURNING '{\"forged\": true}'::jsonb $$");
-    // Likewise an operator: pg_catalog multiplies numeric by numeric, so
-    // numeric * integer is the trap's.
-    exec("CREATE FUNCTION " + evil_ +
-         ".times(numeric, integer) RETURNS numeric LANGUAGE sql "
-         "AS $$ INSERT INTO " +
-         evil_ +
-         ".hits VALUES ('*') "
-         "RETURNING $1 OPERATOR(pg_catalog.*) $2 $$");
-    exec("CREATE OPERATOR " + evil_ +
-         ".* (LEFTARG = numeric, RIGHTARG = integer, FUNCTION = " + evil_ + ".times)");
-    // Operators pg_catalog has only for other types (float8 * interval,
-    // numeric <> numeric), which the operations' statements used: a lease or
-    // a TTL of nothing, and an asset that never fails to sum to zero.
-    exec("CREATE FUNCTION " + evil_ +
-         ".times_interval(bigint, interval) RETURNS interval "
-         "LANGUAGE sql AS $$ INSERT INTO " +
-         evil_ +
-         ".hits VALUES ('bigint * interval') "
-         "RETURNING interval '0' $$");
-    exec("CREATE OPERATOR " + evil_ +
-         ".* (LEFTARG = bigint, RIGHTARG = interval, FUNCTION = " + evil_ + ".times_interval)");
-    exec("CREATE FUNCTION " + evil_ +
-         ".differs(numeric, integer) RETURNS boolean LANGUAGE sql "
-         "AS $$ INSERT INTO " +
-         evil_ + ".hits VALUES ('numeric <> integer') RETURNING false $$");
-    exec("CREATE OPERATOR " + evil_ +
-         ".<> (LEFTARG = numeric, RIGHTARG = integer, FUNCTION = " + evil_ + ".differs)");
+    trap_function(
+        "jsonb_build_object(text, text, text, text, text, bigint, text, text, text, text)", "jsonb",
+        "'{\"forged\": true}'::jsonb");
+    // Likewise operators pg_catalog has only for other types (numeric *
+    // numeric, float8 * interval, numeric <> numeric): a limit, a TTL or a
+    // lease of nothing, and an asset that never fails to sum to zero.
+    trap_function("times(numeric, integer)", "numeric", "$1 OPERATOR(pg_catalog.*) $2");
+    trap_operator("*", "numeric", "integer", "times");
+    trap_function("times_interval(bigint, interval)", "interval", "interval '0'");
+    trap_operator("*", "bigint", "interval", "times_interval");
+    trap_function("differs(numeric, integer)", "boolean", "false");
+    trap_operator("<>", "numeric", "integer", "differs");
     // Listed before pg_catalog: a function of the same signature shadows it.
-    exec("CREATE FUNCTION " + evil_ + ".now() RETURNS timestamptz LANGUAGE sql AS $$ INSERT INTO " +
-         evil_ + ".hits VALUES ('now') RETURNING pg_catalog.now() $$");
+    trap_function("now()", "timestamptz", "pg_catalog.now()");
     ledger_ = std::make_unique<Ledger>(options({.write_notifications = true}));
     open_account(1, "100");
   }
@@ -82,6 +63,21 @@ class SearchPath : public LedgerTest {
     LedgerTest::TearDown();
   }
 
+  // A function of the trap's schema that records its call, then answers
+  // `answer` (SQL).
+  void trap_function(std::string_view signature, std::string_view returns,
+                     std::string_view answer) {
+    exec(
+        fmt::format("CREATE FUNCTION {0}.{1} RETURNS {2} LANGUAGE sql AS $$ INSERT INTO "
+                    "{0}.hits VALUES ('{1}') RETURNING {3} $$",
+                    evil_, signature, returns, answer));
+  }
+  // An operator of the trap's schema, calling its `function`.
+  void trap_operator(std::string_view op, std::string_view left, std::string_view right,
+                     std::string_view function) {
+    exec(fmt::format("CREATE OPERATOR {0}.{1} (LEFTARG = {2}, RIGHTARG = {3}, FUNCTION = {0}.{4})",
+                     evil_, op, left, right, function));
+  }
   long hits() { return count("SELECT count(*) FROM " + evil_ + ".hits"); }
 
   // The trap is live: the host's own notice-shaped call, numeric * integer
