@@ -147,7 +147,10 @@ Relay::Attempt Relay::attempt(Connection& conn, const RelayMessage& message, boo
     // This process was paused past its claim (nothing else takes that long:
     // the lease outlasts a whole delivery). Another replica may hold the row
     // now and be delivering it: whoever holds it decides, and nothing more
-    // is sent or written from here.
+    // is sent or written from here. But a call made before the claim ended
+    // failed (a success or a refusal ends the retries), and the downstream
+    // did fail: the breaker is told, as after any failed delivery.
+    if (tried.calls > 0) report_downstream(conn, probe, false);
     log_message(LogLevel::kWarning, "not sent: the claim ended first (was this process paused?)",
                 message, "");
     return {.record = [](Connection&) -> absl::StatusOr<RelayDisposition> {

@@ -226,6 +226,29 @@ TEST_F(RelayTest, AReplicaPausedPastItsLeaseSendsNothing) {
   }
 }
 
+// Paused past its lease between two tries of a failing call (the first one
+// outlasted the lease): the row is not this replica's any more, but the
+// downstream did fail, and the marker is set as after any failed delivery.
+TEST_F(RelayTest, ACallThatFailedBeforeTheClaimEndedStillPausesAll) {
+  add_credit(1);
+  RelayOptions options = relay_options();
+  options.lease = absl::Milliseconds(300);
+  const std::unique_ptr<Relay> relay = make(options);
+  ASSERT_EQ(decide(*relay).mode, RelayMode::kNormal);
+  downstream_.answer(absl::UnavailableError("503 Service Unavailable"));
+  downstream_.delay_ = absl::Milliseconds(400);
+  absl::StatusOr<std::vector<RelayMessage>> claimed = relay->claim_outbox(*conn_, 1);
+  ASSERT_TRUE(claimed.ok() && claimed->size() == 1u);
+  absl::StatusOr<Relay::Delivery> late = relay->deliver(*conn_, claimed->front());
+  downstream_.delay_ = absl::ZeroDuration();
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_EQ(late->disposition, D::kNotClaimed);
+  EXPECT_TRUE(late->called_downstream);
+  EXPECT_EQ(downstream_.total_calls(), 1) << "no try after the claim ended";
+  EXPECT_EQ(decide(*relay).mode, RelayMode::kPaused) << "the failed call set the marker";
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.relay_dead_letters"), 0);
+}
+
 TEST_F(RelayTest, AFailedDeliveryBecomesAnEnvelopeAroundTheUnchangedMessageAndPausesAll) {
   const std::int64_t id = add_credit(1);
   const std::string payload = scalar("SELECT payload::text FROM {schema}.outbox");
