@@ -103,7 +103,8 @@ Relay::Sent Relay::send_with_retries(const RelayMessage& message) const {
       return absl::FailedPreconditionError("the claim ended before the call");  // stops retrying
     }
     ++sent.calls;
-    return options_.transport(message);
+    sent.last_answer = options_.transport(message);
+    return sent.last_answer;
   });
   return sent;
 }
@@ -143,14 +144,17 @@ Relay::Attempt Relay::attempt(Connection& conn, const RelayMessage& message, boo
     }};
   }
   const Sent tried = send_with_retries(message);
+  // What the downstream last answered goes to the breaker whatever becomes
+  // of the row, even when the claim ended between two tries. A refusal is an
+  // answer: the downstream is up, the message is wrong.
+  if (tried.calls > 0) {
+    report_downstream(conn, probe, tried.last_answer.ok() || !is_retryable(tried.last_answer));
+  }
   if (tried.lease_ended) {
     // This process was paused past its claim (nothing else takes that long:
     // the lease outlasts a whole delivery). Another replica may hold the row
     // now and be delivering it: whoever holds it decides, and nothing more
-    // is sent or written from here. But a call made before the claim ended
-    // failed (a success or a refusal ends the retries), and the downstream
-    // did fail: the breaker is told, as after any failed delivery.
-    if (tried.calls > 0) report_downstream(conn, probe, false);
+    // is sent or written from here.
     log_message(LogLevel::kWarning, "not sent: the claim ended first (was this process paused?)",
                 message, "");
     return {.record = [](Connection&) -> absl::StatusOr<RelayDisposition> {
@@ -159,8 +163,6 @@ Relay::Attempt Relay::attempt(Connection& conn, const RelayMessage& message, boo
             .called_downstream = tried.calls > 0};
   }
   const absl::Status& sent = tried.status;
-  // A refusal is an answer: the downstream is up, the message is wrong.
-  report_downstream(conn, probe, sent.ok() || !is_retryable(sent));
   Attempt sent_attempt{.called_downstream = true};
   if (sent.ok()) {
     sent_attempt.record = [this, message](Connection& c) { return record_delivered(c, message); };

@@ -247,6 +247,7 @@ class Relay {
     absl::Status status;
     int calls = 0;             // how many times the transport was called
     bool lease_ended = false;  // stopped: the claim ran out before a call
+    absl::Status last_answer;  // the transport's last answer, when calls > 0
   };
   [[nodiscard]] Sent send_with_retries(const RelayMessage& message) const;
   // One pass of run()'s loop on one session; false if there was nothing to do.
