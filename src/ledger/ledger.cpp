@@ -48,6 +48,39 @@ std::string postgres_milliseconds(absl::Duration d) {
   return fmt::format("{}ms", absl::ToInt64Milliseconds(d));
 }
 
+// The call's own settings, transaction-scoped (is_local = true) so a pooled
+// or PgBouncer-shared session keeps its own, and sent in the same batch as
+// the call's statement ($1 lock_timeout, $2 statement_timeout). The
+// search_path makes every built-in that statement names unqualified
+// pg_catalog's, whatever the caller's search_path holds (the functions pin
+// the same, migration 22). These three statements are parsed under the
+// caller's search_path, so they name their own functions qualified.
+constexpr std::string_view kCallSettingsSql =
+    "SELECT pg_catalog.set_config('lock_timeout', $1, true), "
+    "pg_catalog.set_config('statement_timeout', $2, true), "
+    "pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true)";
+
+// Inside a caller's transaction, the settings the ledger makes for its call
+// (its timeouts, its search_path) would stay for the rest of that transaction:
+// the timeouts would bound (or loosen) the caller's later statements, and the
+// search_path would change what their unqualified names mean. The caller's
+// own values are kept aside before and put back after, transaction-scoped
+// like the settings themselves.
+constexpr std::string_view kKeepCallersSettingsSql =
+    "SELECT pg_catalog.set_config('idemledger.callers_lock_timeout', "
+    "pg_catalog.current_setting('lock_timeout'), true), "
+    "pg_catalog.set_config('idemledger.callers_statement_timeout', "
+    "pg_catalog.current_setting('statement_timeout'), true), "
+    "pg_catalog.set_config('idemledger.callers_search_path', "
+    "pg_catalog.current_setting('search_path'), true)";
+constexpr std::string_view kRestoreCallersSettingsSql =
+    "SELECT pg_catalog.set_config('lock_timeout', "
+    "pg_catalog.current_setting('idemledger.callers_lock_timeout'), true), "
+    "pg_catalog.set_config('statement_timeout', "
+    "pg_catalog.current_setting('idemledger.callers_statement_timeout'), true), "
+    "pg_catalog.set_config('search_path', "
+    "pg_catalog.current_setting('idemledger.callers_search_path'), true)";
+
 // A host's deposit, first tried as one statement of its own (process_deposit):
 // a new credit to an account that exists, without apply_event's PL/pgSQL
 // around it. It writes everything or nothing. Each step feeds the next:
@@ -68,29 +101,6 @@ std::string postgres_milliseconds(absl::Duration d) {
 // user, a queued event). A chain stopped after its guard — balance_events
 // already held the key, or the account vanished — raises through
 // credit_incomplete() (migration 13), which rolls the statement back.
-// Inside a caller's transaction, the settings the ledger makes for its call
-// (its timeouts, its search_path) would stay for the rest of that transaction:
-// the timeouts would bound (or loosen) the caller's later statements, and the
-// search_path would change what their unqualified names mean. The caller's
-// own values are kept aside before and put back after, transaction-scoped
-// like the settings themselves.
-constexpr std::string_view kKeepCallersSettingsSql =
-    "SELECT pg_catalog.set_config('idemledger.callers_lock_timeout', "
-    "pg_catalog.current_setting('lock_timeout'), true), "
-    "pg_catalog.set_config('idemledger.callers_statement_timeout', "
-    "pg_catalog.current_setting('statement_timeout'), "
-    "true), "
-    "pg_catalog.set_config('idemledger.callers_search_path', "
-    "pg_catalog.current_setting('search_path'), true)";
-constexpr std::string_view kRestoreCallersSettingsSql =
-    "SELECT pg_catalog.set_config('lock_timeout', "
-    "pg_catalog.current_setting('idemledger.callers_lock_timeout'), true), "
-    "pg_catalog.set_config('statement_timeout', "
-    "pg_catalog.current_setting('idemledger.callers_statement_timeout'), "
-    "true), "
-    "pg_catalog.set_config('search_path', "
-    "pg_catalog.current_setting('idemledger.callers_search_path'), true)";
-
 // Parameters are apply_event's.
 constexpr std::string_view kFastCreditSql = R"sql(
 WITH asset AS (
@@ -415,17 +425,6 @@ Ledger::Ledger(LedgerOptions options)
                                         "$4::numeric, $5::numeric, $6::boolean)")),
       void_sql_(options_.schema.qualify(
           "SELECT * FROM {schema}.void_hold($1, $2, $3::bigint, $4::boolean)")),
-      // Transaction-scoped (is_local = true) so a pooled or PgBouncer-shared
-      // session keeps its own settings; sent in the same batch as the apply.
-      // The search_path makes every built-in the call's statement names
-      // unqualified pg_catalog's, whatever the caller's search_path holds
-      // (its functions pin the same, migration 22); this statement and the
-      // caller's settings' keep and restore, parsed under the caller's,
-      // name theirs qualified.
-      call_settings_sql_(
-          "SELECT pg_catalog.set_config('lock_timeout', $1, true), "
-          "pg_catalog.set_config('statement_timeout', $2, true), "
-          "pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true)"),
       lock_timeout_text_(postgres_milliseconds(options_.lock_timeout)),
       statement_timeout_text_(postgres_milliseconds(options_.statement_timeout)) {}
 
@@ -669,14 +668,14 @@ absl::StatusOr<Result> Ledger::execute_with_call_settings(Connection& conn, std:
   const Params timeouts(lock_timeout_text_, statement_timeout_text_);
   if (!conn.in_transaction()) {
     // The settings end with the batch's own commit.
-    const std::array<Statement, 2> batch = {Statement{call_settings_sql_, timeouts.span()},
+    const std::array<Statement, 2> batch = {Statement{kCallSettingsSql, timeouts.span()},
                                             Statement{sql, params}};
     return conn.execute_atomically(batch);
   }
   // Joining the caller's transaction: its settings come back after the call,
   // in the same round trip.
   const std::array<Statement, 3> batch = {Statement{kKeepCallersSettingsSql, {}},
-                                          Statement{call_settings_sql_, timeouts.span()},
+                                          Statement{kCallSettingsSql, timeouts.span()},
                                           Statement{sql, params}};
   const std::array<Statement, 1> then = {Statement{kRestoreCallersSettingsSql, {}}};
   return conn.execute_atomically_then(batch, then);

@@ -364,7 +364,6 @@ class Ledger {
   std::string hold_sql_;
   std::string post_sql_;
   std::string void_sql_;
-  std::string call_settings_sql_;
   std::string lock_timeout_text_;
   std::string statement_timeout_text_;
 };
