@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "idemledger/core/schema.hpp"
 #include "src/core/internal/absl_compat.hpp"
+#include "src/core/internal/pinned.hpp"
 
 namespace idemledger {
 
@@ -72,6 +73,41 @@ absl::StatusOr<Result> Connection::open_transaction(std::string_view begin_sql,
   return last;
 }
 
+namespace internal {
+
+absl::StatusOr<Result> execute_with_settings(Connection& conn, const StatementSettings& settings,
+                                             std::string_view sql, std::span<const Param> params) {
+  if (!conn.in_transaction()) {
+    // The settings end with the batch's own commit.
+    const std::array<Statement, 2> batch = {Statement{settings.set, settings.params},
+                                            Statement{sql, params}};
+    return conn.execute_atomically(batch);
+  }
+  // Joining the caller's transaction: its own values come back after the
+  // statement, in the same round trip.
+  const std::array<Statement, 3> batch = {Statement{settings.keep, {}},
+                                          Statement{settings.set, settings.params},
+                                          Statement{sql, params}};
+  const std::array<Statement, 1> then = {Statement{settings.restore, {}}};
+  return conn.execute_atomically_then(batch, then);
+}
+
+absl::StatusOr<Result> execute_pinned(Connection& conn, std::string_view sql,
+                                      std::span<const Param> params) {
+  static constexpr StatementSettings kPinned = {
+      .set = kPinSearchPathSql,
+      .params = {},
+      .keep =
+          "SELECT pg_catalog.set_config('idemledger.callers_search_path', "
+          "pg_catalog.current_setting('search_path'), true)",
+      .restore =
+          "SELECT pg_catalog.set_config('search_path', "
+          "pg_catalog.current_setting('idemledger.callers_search_path'), true)"};
+  return execute_with_settings(conn, kPinned, sql, params);
+}
+
+}  // namespace internal
+
 absl::StatusOr<bool> Connection::wait_for_notification(absl::Duration timeout) {
   absl::SleepFor(timeout);
   return false;
@@ -123,17 +159,22 @@ absl::StatusOr<Transaction> Transaction::begin(Connection& conn,
     return absl::InvalidArgumentError(
         "a transaction's idle_limit must be between zero (none) and one hour");
   }
-  if (limit == absl::ZeroDuration()) {
+  // Rounded up: a positive limit must not become 0, which means none.
+  const std::int64_t ms = absl::ToInt64Milliseconds(absl::Ceil(limit, absl::Milliseconds(1)));
+  const auto params = Params(ms);
+  // The pin first: the idle limit's statement is then parsed under it.
+  std::array<Statement, 2> settings;
+  std::size_t n = 0;
+  if (options.pin_search_path) settings[n++] = {internal::kPinSearchPathSql, {}};
+  if (limit > absl::ZeroDuration()) settings[n++] = {kIdleLimitSql, params.span()};
+  if (n == 0) {
     if (absl::StatusOr<Result> r = conn.execute(begin_sql(options.isolation)); !r.ok()) {
       return r.status();
     }
     return Transaction(conn);
   }
-  // Rounded up: a positive limit must not become 0, which means none.
-  const std::int64_t ms = absl::ToInt64Milliseconds(absl::Ceil(limit, absl::Milliseconds(1)));
-  const auto params = Params(ms);
-  const std::array<Statement, 1> then = {{{kIdleLimitSql, params}}};
-  if (absl::StatusOr<Result> r = conn.open_transaction(begin_sql(options.isolation), then);
+  if (absl::StatusOr<Result> r =
+          conn.open_transaction(begin_sql(options.isolation), std::span(settings).first(n));
       !r.ok()) {
     if (conn.in_transaction()) (void)conn.execute("ROLLBACK");
     return r.status();

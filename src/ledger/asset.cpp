@@ -5,6 +5,7 @@
 #include "idemledger/core/connection.hpp"
 #include "idemledger/core/status.hpp"
 #include "src/core/internal/absl_compat.hpp"
+#include "src/core/internal/pinned.hpp"
 #include "src/core/internal/text.hpp"
 #include "src/ledger/internal/contract.hpp"
 #include "src/ledger/internal/sqlstates.hpp"
@@ -82,7 +83,8 @@ absl::Status add_asset(Connection& conn, const Schema& schema, const Asset& asse
   }
   absl::StatusOr<std::string> contract = internal::normalize_contract(asset.contract);
   if (!contract.ok()) return contract.status();
-  absl::StatusOr<Result> r = conn.execute(
+  absl::StatusOr<Result> r = internal::execute_pinned(
+      conn,
       schema.qualify("INSERT INTO {schema}.assets (code, decimals, chain, contract, enabled) "
                      "VALUES ($1, $2::smallint, $3, $4, $5::boolean) ON CONFLICT DO NOTHING"),
       Params(asset.code.code(), asset.decimals, null_if_empty(asset.chain),
@@ -109,8 +111,8 @@ absl::Status add_asset(Connection& conn, const Schema& schema, const Asset& asse
 }
 
 absl::StatusOr<std::vector<Asset>> list_assets(Connection& conn, const Schema& schema) {
-  absl::StatusOr<Result> r =
-      conn.execute(schema.qualify(fmt::format("SELECT {} ORDER BY code", kColumns)));
+  absl::StatusOr<Result> r = internal::execute_pinned(
+      conn, schema.qualify(fmt::format("SELECT {} ORDER BY code", kColumns)));
   if (!r.ok()) return r.status();
   std::vector<Asset> assets;
   for (std::size_t i = 0; i < r->rows.size(); ++i) {
@@ -122,8 +124,9 @@ absl::StatusOr<std::vector<Asset>> list_assets(Connection& conn, const Schema& s
 }
 
 absl::StatusOr<Asset> find_asset(Connection& conn, const Schema& schema, const AssetCode& code) {
-  absl::StatusOr<Result> r = conn.execute(
-      schema.qualify(fmt::format("SELECT {} WHERE code = $1", kColumns)), Params(code.code()));
+  absl::StatusOr<Result> r = internal::execute_pinned(
+      conn, schema.qualify(fmt::format("SELECT {} WHERE code = $1", kColumns)),
+      Params(code.code()));
   if (!r.ok()) return r.status();
   if (r->rows.empty()) return absl::NotFoundError(fmt::format("unknown asset {}", code.code()));
   return read_asset(r->row(0));
@@ -134,7 +137,8 @@ absl::Status set_asset_enabled(Connection& conn, const Schema& schema, const Ass
   if (reason.empty() || actor.empty()) {
     return absl::InvalidArgumentError("an operator action requires a reason and an actor");
   }
-  absl::StatusOr<Result> r = conn.execute(
+  absl::StatusOr<Result> r = internal::execute_pinned(
+      conn,
       schema.qualify("WITH changed AS (UPDATE {schema}.assets SET enabled = $2::boolean "
                      "WHERE code = $1 RETURNING code) "
                      "INSERT INTO {schema}.operator_actions (action, target, reason, actor) "

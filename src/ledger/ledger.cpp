@@ -11,6 +11,7 @@
 #include "idemledger/ledger/idempotency_key.hpp"
 #include "src/core/internal/absl_compat.hpp"
 #include "src/core/internal/batch_reply.hpp"
+#include "src/core/internal/pinned.hpp"
 #include "src/core/internal/text.hpp"
 #include "src/ledger/internal/balance_check.hpp"
 #include "src/ledger/internal/sqlstates.hpp"
@@ -467,7 +468,8 @@ absl::StatusOr<Outcome> Ledger::process_compensation(Connection& conn,
   if (internal::is_tx_hash(hash)) {
     const std::string lower = absl::AsciiStrToLower(hash);
     if (lower != hash) {
-      absl::StatusOr<Result> legacy = conn.execute(
+      absl::StatusOr<Result> legacy = internal::execute_pinned(
+          conn,
           options_.schema.qualify(
               "SELECT EXISTS (SELECT 1 FROM {schema}.payment_events WHERE event_id = $1)"),
           Params(fmt::format("{}{}", kReorgEventIdPrefix, hash)));
@@ -666,19 +668,12 @@ absl::StatusOr<StepResult> Ledger::process_step(Connection& conn, const LedgerSt
 absl::StatusOr<Result> Ledger::execute_with_call_settings(Connection& conn, std::string_view sql,
                                                           std::span<const Param> params) const {
   const Params timeouts(lock_timeout_text_, statement_timeout_text_);
-  if (!conn.in_transaction()) {
-    // The settings end with the batch's own commit.
-    const std::array<Statement, 2> batch = {Statement{kCallSettingsSql, timeouts.span()},
-                                            Statement{sql, params}};
-    return conn.execute_atomically(batch);
-  }
-  // Joining the caller's transaction: its settings come back after the call,
-  // in the same round trip.
-  const std::array<Statement, 3> batch = {Statement{kKeepCallersSettingsSql, {}},
-                                          Statement{kCallSettingsSql, timeouts.span()},
-                                          Statement{sql, params}};
-  const std::array<Statement, 1> then = {Statement{kRestoreCallersSettingsSql, {}}};
-  return conn.execute_atomically_then(batch, then);
+  return internal::execute_with_settings(conn,
+                                         {.set = kCallSettingsSql,
+                                          .params = timeouts.span(),
+                                          .keep = kKeepCallersSettingsSql,
+                                          .restore = kRestoreCallersSettingsSql},
+                                         sql, params);
 }
 
 absl::StatusOr<HoldResult> Ledger::run_hold_step(Connection& conn, std::string_view sql,
@@ -742,7 +737,8 @@ absl::StatusOr<int> Ledger::expire_holds(Connection& conn, int limit) const {
 }
 
 absl::StatusOr<Hold> Ledger::find_hold(Connection& conn, std::string_view hold_id) const {
-  absl::StatusOr<Result> r = conn.execute(
+  absl::StatusOr<Result> r = internal::execute_pinned(
+      conn,
       options_.schema.qualify("SELECT event_id, user_id, asset, amount, fee, state, expires_at, "
                               "posted_amount, posted_fee FROM {schema}.holds WHERE event_id = $1"),
       Params(hold_id));
@@ -799,7 +795,8 @@ absl::Status Ledger::open_account(Connection& conn, std::int64_t user_id,
 
 absl::StatusOr<Account> Ledger::account(Connection& conn, std::int64_t user_id,
                                         std::optional<AssetCode> asset) const {
-  absl::StatusOr<Result> r = conn.execute(
+  absl::StatusOr<Result> r = internal::execute_pinned(
+      conn,
       options_.schema.qualify(
           "SELECT a.asset, a.balance, a.held, a.initial_balance FROM {schema}.accounts a "
           "WHERE a.user_id = $1::bigint AND a.asset = ({schema}.asset_for($2)).code"),

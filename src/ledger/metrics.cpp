@@ -4,6 +4,7 @@
 
 #include "idemledger/core/connection.hpp"
 #include "src/core/internal/absl_compat.hpp"
+#include "src/core/internal/pinned.hpp"
 
 namespace idemledger {
 namespace {
@@ -99,27 +100,29 @@ void LedgerMetrics::count_for_asset(std::string_view asset, std::string_view out
 
 absl::Status refresh_queue_gauges(Connection& conn, const Schema& schema, LedgerMetrics& metrics) {
   // Each count uses its partial index; terminal rows are never scanned.
-  absl::StatusOr<Result> r = conn.execute(schema.qualify(
-      "SELECT (SELECT count(*) FROM {schema}.payment_events WHERE status = 'pending'), "
-      "(SELECT count(*) FROM {schema}.payment_events WHERE status = 'enqueued'), "
-      "(SELECT count(*) FROM {schema}.payment_events WHERE status = 'processing'), "
-      "(SELECT count(*) FROM {schema}.dead_letter_queue WHERE resolved_at IS NULL), "
-      "(SELECT coalesce(extract(epoch FROM max(finished_at))::bigint, 0) "
-      "FROM {schema}.reconciliation_runs), "
-      "(SELECT count(*) FROM {schema}.holds WHERE state = 'held'), "
-      "(SELECT count(*) FROM {schema}.holds WHERE state = 'held' AND expires_at < now()), "
-      // Ages as the monitor (ops/monitor.hpp) reads them: since the row last moved.
-      "(SELECT coalesce(extract(epoch FROM now() - min(updated_at))::bigint, 0) "
-      "FROM {schema}.payment_events WHERE status = 'pending'), "
-      "(SELECT coalesce(extract(epoch FROM now() - min(updated_at))::bigint, 0) "
-      "FROM {schema}.payment_events WHERE status = 'enqueued'), "
-      "(SELECT coalesce(extract(epoch FROM now() - min(updated_at))::bigint, 0) "
-      "FROM {schema}.payment_events WHERE status = 'processing'), "
-      "(SELECT coalesce(extract(epoch FROM now() - min(created_at))::bigint, 0) "
-      "FROM {schema}.processed_events WHERE outcome = 'pending'), "
-      "coalesce((SELECT mismatches + duplicates FROM {schema}.reconciliation_runs "
-      "ORDER BY finished_at DESC LIMIT 1), 0), "
-      "{schema}.next_month_partition_missing()::int"));
+  absl::StatusOr<Result> r = internal::execute_pinned(
+      conn,
+      schema.qualify(
+          "SELECT (SELECT count(*) FROM {schema}.payment_events WHERE status = 'pending'), "
+          "(SELECT count(*) FROM {schema}.payment_events WHERE status = 'enqueued'), "
+          "(SELECT count(*) FROM {schema}.payment_events WHERE status = 'processing'), "
+          "(SELECT count(*) FROM {schema}.dead_letter_queue WHERE resolved_at IS NULL), "
+          "(SELECT coalesce(extract(epoch FROM max(finished_at))::bigint, 0) "
+          "FROM {schema}.reconciliation_runs), "
+          "(SELECT count(*) FROM {schema}.holds WHERE state = 'held'), "
+          "(SELECT count(*) FROM {schema}.holds WHERE state = 'held' AND expires_at < now()), "
+          // Ages as the monitor (ops/monitor.hpp) reads them: since the row last moved.
+          "(SELECT coalesce(extract(epoch FROM now() - min(updated_at))::bigint, 0) "
+          "FROM {schema}.payment_events WHERE status = 'pending'), "
+          "(SELECT coalesce(extract(epoch FROM now() - min(updated_at))::bigint, 0) "
+          "FROM {schema}.payment_events WHERE status = 'enqueued'), "
+          "(SELECT coalesce(extract(epoch FROM now() - min(updated_at))::bigint, 0) "
+          "FROM {schema}.payment_events WHERE status = 'processing'), "
+          "(SELECT coalesce(extract(epoch FROM now() - min(created_at))::bigint, 0) "
+          "FROM {schema}.processed_events WHERE outcome = 'pending'), "
+          "coalesce((SELECT mismatches + duplicates FROM {schema}.reconciliation_runs "
+          "ORDER BY finished_at DESC LIMIT 1), 0), "
+          "{schema}.next_month_partition_missing()::int"));
   if (!r.ok()) return r.status();
   absl::StatusOr<Row> row = r->single_row("refresh_queue_gauges");
   if (!row.ok()) return row.status();

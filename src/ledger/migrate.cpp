@@ -12,6 +12,7 @@
 #include "idemledger/ledger/hold.hpp"
 #include "idemledger/ledger/idempotency_key.hpp"
 #include "src/core/internal/absl_compat.hpp"
+#include "src/core/internal/pinned.hpp"
 #include "src/ledger/internal/ddl_lock.hpp"
 
 namespace idemledger {
@@ -248,14 +249,14 @@ std::vector<MigrationInfo> migration_catalog() {
 
 absl::StatusOr<int> current_schema_version(Connection& conn, const Schema& schema) {
   absl::StatusOr<Result> exists =
-      conn.execute("SELECT to_regclass($1) IS NOT NULL",
-                   Params(fmt::format("{}.schema_migrations", schema.name())));
+      internal::execute_pinned(conn, "SELECT to_regclass($1) IS NOT NULL",
+                               Params(fmt::format("{}.schema_migrations", schema.name())));
   if (!exists.ok()) return exists.status();
   absl::StatusOr<bool> found = read_single<bool>(*exists, "to_regclass");
   if (!found.ok()) return found.status();
   if (!*found) return 0;
-  absl::StatusOr<Result> r = conn.execute(
-      schema.qualify("SELECT coalesce(max(version), 0) FROM {schema}.schema_migrations"));
+  absl::StatusOr<Result> r = internal::execute_pinned(
+      conn, schema.qualify("SELECT coalesce(max(version), 0) FROM {schema}.schema_migrations"));
   if (!r.ok()) return r.status();
   return read_single<int>(*r, "schema version");
 }
@@ -276,15 +277,15 @@ absl::Status migrate(Connection& conn, const MigrateOptions& options) {
   if (target > latest_schema_version()) {
     return absl::InvalidArgumentError(fmt::format("migrate: no version {}", target));
   }
+  // Its search_path is pinned (kBoundedTransaction), so every built-in the
+  // DDL names (a default's now(), a cast) binds pg_catalog's, whatever the
+  // caller's search_path holds (see migration 22).
   absl::StatusOr<Transaction> tx = Transaction::begin(conn, kBoundedTransaction);
   if (!tx.ok()) return tx.status();
   // Transaction-scoped, so nothing leaks into the session: what migration 10
-  // reads when it creates the default asset, and a search_path under which
-  // every built-in the DDL names (a default's now(), a cast) is pg_catalog's,
-  // whatever the caller's search_path holds (see migration 22).
+  // reads when it creates the default asset.
   if (absl::Status s =
-          check(conn.execute("SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', "
-                             "true), pg_catalog.set_config('idemledger.default_asset', $1, true), "
+          check(conn.execute("SELECT pg_catalog.set_config('idemledger.default_asset', $1, true), "
                              "pg_catalog.set_config('idemledger.default_asset_decimals', $2, "
                              "true)",
                              Params(default_asset->code(), options.default_asset_decimals)),

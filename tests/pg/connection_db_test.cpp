@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "idemledger/core/connection.hpp"
 #include "idemledger/core/status.hpp"
+#include "src/core/internal/pinned.hpp"
 #include "tests/support/test_db.hpp"
 
 namespace idemledger::testing {
@@ -178,6 +179,61 @@ TEST_F(ConnectionTest, IdleLimitsBelowZeroOrAboveAnHourAreRefused) {
   absl::StatusOr<Transaction> tx = Transaction::begin(*conn_, {.idle_limit = absl::Hours(1)});
   ASSERT_TRUE(tx.ok()) << tx.status();
   EXPECT_EQ(show(*conn_, "idle_in_transaction_session_timeout"), "1h");
+}
+
+// The library's statements name built-ins whatever the session's search_path
+// lists: a transaction it opens pins the path in its BEGIN's round trip
+// (before the idle limit, which is then parsed under it), and a statement of
+// its own runs in a transaction of its own that does, or, inside the host's,
+// gives the host its path back after it. Over the adapter and over a host's
+// driver.
+TEST_F(ConnectionTest, TheLibrarysStatementsPinTheirSearchPathAndLeaveTheCallers) {
+  IDEMLEDGER_NEEDS_OWN_SESSION("a session-level search_path");
+  const std::string own = schema_name_ + ", public";
+  const auto path_seen_by = [](Connection& c, std::string_view sql) -> std::string {
+    absl::StatusOr<Result> r = internal::execute_pinned(c, sql);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->row(0).get<std::string>(0).value_or("") : "";
+  };
+  over_adapter_and_host_driver([&](Connection& c) {
+    ASSERT_TRUE(c.execute("SET search_path = " + own).ok());
+    {
+      absl::StatusOr<Transaction> tx = Transaction::begin(c, kBoundedTransaction);
+      ASSERT_TRUE(tx.ok()) << tx.status();
+      EXPECT_EQ(show(c, "search_path"), "pg_catalog, pg_temp");
+      EXPECT_EQ(show(c, "idle_in_transaction_session_timeout"), "30s");
+      ASSERT_TRUE(tx->commit().ok());
+    }
+    EXPECT_EQ(show(c, "search_path"), own);
+    {
+      absl::StatusOr<Transaction> tx = Transaction::begin(c, kBoundedTransaction);
+      ASSERT_TRUE(tx.ok()) << tx.status();
+    }  // rolled back
+    EXPECT_EQ(show(c, "search_path"), own);
+    {
+      absl::StatusOr<Transaction> tx = Transaction::begin(c);
+      ASSERT_TRUE(tx.ok()) << tx.status();
+      EXPECT_EQ(show(c, "search_path"), own) << "a host's transaction is not pinned";
+    }
+    // On its own: pinned, in a transaction that ends with it.
+    EXPECT_EQ(path_seen_by(c, "SELECT pg_catalog.current_setting('search_path')"),
+              "pg_catalog, pg_temp");
+    EXPECT_FALSE(c.in_transaction());
+    EXPECT_EQ(show(c, "search_path"), own);
+    EXPECT_FALSE(internal::execute_pinned(c, "SELECT 1 / 0").ok());
+    EXPECT_FALSE(c.in_transaction()) << "a failed statement leaves nothing open";
+    EXPECT_EQ(show(c, "search_path"), own);
+    // Inside the host's: pinned for the statement, the host's own after it.
+    ASSERT_TRUE(c.execute("BEGIN").ok());
+    ASSERT_TRUE(c.execute("SET LOCAL search_path = public").ok());
+    EXPECT_EQ(path_seen_by(c, "SELECT pg_catalog.current_setting('search_path')"),
+              "pg_catalog, pg_temp");
+    EXPECT_TRUE(c.in_transaction());
+    EXPECT_EQ(show(c, "search_path"), "public");
+    ASSERT_TRUE(c.execute("COMMIT").ok());
+    EXPECT_EQ(show(c, "search_path"), own);
+    ASSERT_TRUE(c.execute("RESET search_path").ok());
+  });
 }
 
 // Inside a host's transaction a BEGIN is only a warning, and a scope's

@@ -1,6 +1,8 @@
 // A Connection with scripted answers, for tests of database-facing logic
 // that needs no database: the relay's decisions, the dispatcher's, typed
-// reads of what a server answers. Every call is recorded.
+// reads of what a server answers. Every call is recorded. BEGIN, COMMIT,
+// ROLLBACK and the settings the library makes around a statement
+// (SELECT pg_catalog.set_config(...)) answer an empty result by themselves.
 //
 //   FakeConnection conn;
 //   conn.on("claim_events", FakeConnection::rows({{"evt_1", "7", "5", "deposit", "0", {}, "10"}}));

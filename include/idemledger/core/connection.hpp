@@ -129,12 +129,21 @@ struct TransactionOptions {
   // server counts from the end of each statement, and a session it ends is
   // a retry (kUnavailable), with nothing committed.
   absl::Duration idle_limit = absl::ZeroDuration();
+  // True: the transaction's search_path is pg_catalog, pg_temp, set
+  // transaction-scoped in the BEGIN's round trip (before the idle limit), so
+  // every function, operator and type its statements name unqualified is a
+  // built-in, whatever the session's own search_path lists (a schema another
+  // role can create objects in, even before pg_catalog). Tables then need
+  // their schema named, as the library's always do. False: the session's.
+  bool pin_search_path = false;
 };
 
 // What the library's own transactions that span round trips use.
-inline constexpr TransactionOptions kBoundedTransaction{.idle_limit = kIdleInTransactionLimit};
+inline constexpr TransactionOptions kBoundedTransaction{.idle_limit = kIdleInTransactionLimit,
+                                                        .pin_search_path = true};
 inline constexpr TransactionOptions kBoundedSnapshot{.isolation = IsolationLevel::kRepeatableRead,
-                                                     .idle_limit = kIdleInTransactionLimit};
+                                                     .idle_limit = kIdleInTransactionLimit,
+                                                     .pin_search_path = true};
 
 // Transaction
 //
