@@ -7,6 +7,7 @@
 
 #include "absl/time/clock.h"
 #include "idemledger/core/connection.hpp"
+#include "src/core/internal/pinned.hpp"
 
 namespace idemledger {
 namespace {
@@ -36,7 +37,8 @@ absl::StatusOr<CleanupReport> cleanup_idempotency_records(Connection& conn,
   CleanupReport report;
   // Partitioned: whole months past the TTL go at once; the batches below then
   // find only the younger rows.
-  absl::StatusOr<Result> dropped = conn.execute(
+  absl::StatusOr<Result> dropped = internal::execute_pinned(
+      conn,
       options.schema.qualify("SELECT {schema}.drop_expired_idempotency_partitions($1::bigint)"),
       Params(options.ttl));
   if (!dropped.ok()) return dropped.status();
@@ -45,17 +47,19 @@ absl::StatusOr<CleanupReport> cleanup_idempotency_records(Connection& conn,
   report.partitions_dropped = *months;
   Progress progress;
   if (options.progress) {
-    absl::StatusOr<Result> r =
-        conn.execute(options.schema.qualify("SELECT count(*) FROM {schema}.processed_events p " +
-                                            std::string(kExpired)),
-                     Params(options.ttl));
+    absl::StatusOr<Result> r = internal::execute_pinned(
+        conn,
+        options.schema.qualify("SELECT count(*) FROM {schema}.processed_events p " +
+                               std::string(kExpired)),
+        Params(options.ttl));
     if (!r.ok()) return r.status();
     absl::StatusOr<std::int64_t> total = read_single<std::int64_t>(*r, "expired records");
     if (!total.ok()) return total.status();
     progress.total = *total;
   }
   for (;;) {
-    absl::StatusOr<Result> r = conn.execute(sql, Params(options.ttl, options.batch_size));
+    absl::StatusOr<Result> r =
+        internal::execute_pinned(conn, sql, Params(options.ttl, options.batch_size));
     if (!r.ok()) return r.status();
     ++report.batches;
     report.deleted += r->affected_rows;

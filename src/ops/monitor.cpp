@@ -4,11 +4,13 @@
 
 #include "idemledger/core/connection.hpp"
 #include "src/core/internal/absl_compat.hpp"
+#include "src/core/internal/pinned.hpp"
 
 namespace idemledger {
 
 absl::StatusOr<HealthReport> check_health(Connection& conn, const MonitorOptions& options) {
-  absl::StatusOr<Result> r = conn.execute(
+  absl::StatusOr<Result> r = internal::execute_pinned(
+      conn,
       options.schema.qualify(
           "SELECT"
           " (SELECT count(*) FROM {schema}.payment_events WHERE status = 'processing'"

@@ -6,6 +6,7 @@
 
 #include "idemledger/core/connection.hpp"
 #include "src/core/internal/absl_compat.hpp"
+#include "src/core/internal/pinned.hpp"
 #include "src/ledger/internal/balance_check.hpp"
 
 namespace idemledger {
@@ -120,20 +121,21 @@ absl::Status Reconciler::finish(Connection& conn, std::string_view kind, absl::T
   if (report.standby_lag) return absl::OkStatus();  // a standby cannot record the run
   const std::string started_text =
       absl::FormatTime(absl::RFC3339_full, started, absl::UTCTimeZone());
-  return conn
-      .execute(
-          options_.schema.qualify(
-              "INSERT INTO {schema}.reconciliation_runs "
-              "(kind, started_at, users_checked, mismatches, duplicates) "
-              "VALUES ($1, $2::timestamptz, $3::bigint, $4::bigint, $5::bigint)"),
-          Params(kind, started_text, report.users_checked,
-                 static_cast<std::int64_t>(report.mismatches.size() + report.imbalances.size()),
-                 static_cast<std::int64_t>(report.duplicates.size())))
+  return internal::execute_pinned(
+             conn,
+             options_.schema.qualify(
+                 "INSERT INTO {schema}.reconciliation_runs "
+                 "(kind, started_at, users_checked, mismatches, duplicates) "
+                 "VALUES ($1, $2::timestamptz, $3::bigint, $4::bigint, $5::bigint)"),
+             Params(kind, started_text, report.users_checked,
+                    static_cast<std::int64_t>(report.mismatches.size() + report.imbalances.size()),
+                    static_cast<std::int64_t>(report.duplicates.size())))
       .status();
 }
 
 absl::StatusOr<std::optional<absl::Duration>> standby_replay_lag(Connection& conn) {
-  absl::StatusOr<Result> r = conn.execute(
+  absl::StatusOr<Result> r = internal::execute_pinned(
+      conn,
       "SELECT CASE WHEN NOT pg_is_in_recovery() THEN NULL "
       "WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0 "
       "ELSE (extract(epoch FROM now() - pg_last_xact_replay_timestamp()) * 1000000.0)::bigint END");
@@ -179,8 +181,8 @@ absl::StatusOr<ReconcileReport> Reconciler::full(Connection& conn,
       "SELECT id FROM {schema}.users WHERE id > $1::bigint ORDER BY id LIMIT $2::bigint");
   Progress progress;
   if (options_.progress) {
-    absl::StatusOr<Result> r = conn.execute(
-        options_.schema.qualify("SELECT count(*) FROM {schema}.users WHERE id > $1::bigint"),
+    absl::StatusOr<Result> r = internal::execute_pinned(
+        conn, options_.schema.qualify("SELECT count(*) FROM {schema}.users WHERE id > $1::bigint"),
         Params(after_user_id));
     if (!r.ok()) return r.status();
     absl::StatusOr<std::int64_t> total = read_single<std::int64_t>(*r, "users to check");

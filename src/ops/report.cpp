@@ -3,13 +3,16 @@
 #include <algorithm>
 
 #include "idemledger/core/connection.hpp"
+#include "src/core/internal/pinned.hpp"
 
 namespace idemledger {
 
 absl::StatusOr<StatusReport> status_report(Connection& conn, const MonitorOptions& options) {
   StatusReport report;
-  absl::StatusOr<Result> by_status = conn.execute(options.schema.qualify(
-      "SELECT status, count(*), min(updated_at) FROM {schema}.payment_events GROUP BY status"));
+  absl::StatusOr<Result> by_status = internal::execute_pinned(
+      conn,
+      options.schema.qualify(
+          "SELECT status, count(*), min(updated_at) FROM {schema}.payment_events GROUP BY status"));
   if (!by_status.ok()) return by_status.status();
   for (std::size_t i = 0; i < by_status->rows.size(); ++i) {
     const Row row = by_status->row(i);
@@ -21,9 +24,11 @@ absl::StatusOr<StatusReport> status_report(Connection& conn, const MonitorOption
   std::sort(report.by_status.begin(), report.by_status.end(),
             [](const QueueStatusRow& a, const QueueStatusRow& b) { return a.status < b.status; });
 
-  absl::StatusOr<Result> totals = conn.execute(options.schema.qualify(
-      "SELECT (SELECT count(*) FROM {schema}.dead_letter_queue WHERE resolved_at IS NULL), "
-      "(SELECT max(finished_at) FROM {schema}.reconciliation_runs)"));
+  absl::StatusOr<Result> totals = internal::execute_pinned(
+      conn,
+      options.schema.qualify(
+          "SELECT (SELECT count(*) FROM {schema}.dead_letter_queue WHERE resolved_at IS NULL), "
+          "(SELECT max(finished_at) FROM {schema}.reconciliation_runs)"));
   if (!totals.ok()) return totals.status();
   absl::StatusOr<Row> row = totals->single_row("status totals");
   if (!row.ok()) return row.status();
@@ -41,21 +46,23 @@ absl::StatusOr<StatusReport> status_report(Connection& conn, const MonitorOption
 }
 
 absl::StatusOr<std::vector<StatsRow>> ledger_stats(Connection& conn, const Schema& schema) {
-  absl::StatusOr<Result> r = conn.execute(schema.qualify(
-      "SELECT 'event ' || event_type || ' ' || asset || ' ' || status, count(*), sum(amount) "
-      "FROM {schema}.payment_events GROUP BY 1 "
-      "UNION ALL SELECT 'outcome ' || outcome, count(*), NULL FROM {schema}.processed_events "
-      "GROUP BY 1 "
-      "UNION ALL SELECT 'entries user ' || asset, count(*), sum(amount) "
-      "FROM {schema}.balance_events GROUP BY 1 "
-      "UNION ALL SELECT 'entries ' || account || ' ' || asset, count(*), sum(amount) "
-      "FROM {schema}.system_entries GROUP BY 1 "
-      "UNION ALL SELECT 'accounts ' || asset, count(*), sum(balance) FROM {schema}.accounts "
-      "GROUP BY 1 "
-      "UNION ALL SELECT 'holds ' || asset || ' ' || state, count(*), sum(amount + fee) "
-      "FROM {schema}.holds GROUP BY 1 "
-      "UNION ALL SELECT 'users', count(*), NULL FROM {schema}.users "
-      "ORDER BY 1"));
+  absl::StatusOr<Result> r = internal::execute_pinned(
+      conn,
+      schema.qualify(
+          "SELECT 'event ' || event_type || ' ' || asset || ' ' || status, count(*), sum(amount) "
+          "FROM {schema}.payment_events GROUP BY 1 "
+          "UNION ALL SELECT 'outcome ' || outcome, count(*), NULL FROM {schema}.processed_events "
+          "GROUP BY 1 "
+          "UNION ALL SELECT 'entries user ' || asset, count(*), sum(amount) "
+          "FROM {schema}.balance_events GROUP BY 1 "
+          "UNION ALL SELECT 'entries ' || account || ' ' || asset, count(*), sum(amount) "
+          "FROM {schema}.system_entries GROUP BY 1 "
+          "UNION ALL SELECT 'accounts ' || asset, count(*), sum(balance) FROM {schema}.accounts "
+          "GROUP BY 1 "
+          "UNION ALL SELECT 'holds ' || asset || ' ' || state, count(*), sum(amount + fee) "
+          "FROM {schema}.holds GROUP BY 1 "
+          "UNION ALL SELECT 'users', count(*), NULL FROM {schema}.users "
+          "ORDER BY 1"));
   if (!r.ok()) return r.status();
   std::vector<StatsRow> rows;
   for (std::size_t i = 0; i < r->rows.size(); ++i) {

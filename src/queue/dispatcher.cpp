@@ -11,6 +11,7 @@
 #include "idemledger/core/retry.hpp"
 #include "idemledger/core/status.hpp"
 #include "src/core/internal/absl_compat.hpp"
+#include "src/core/internal/pinned.hpp"
 
 namespace idemledger {
 namespace {
@@ -208,7 +209,8 @@ absl::StatusOr<Outcome> Dispatcher::apply(Connection& conn, const ClaimedEvent& 
 absl::StatusOr<std::optional<Disposition>> Dispatcher::hold_until_final(
     Connection& conn, const ClaimedEvent& claimed) const {
   const std::string& id = claimed.event.event_id;
-  absl::StatusOr<Result> r = conn.execute(
+  absl::StatusOr<Result> r = internal::execute_pinned(
+      conn,
       options_.schema.qualify("SELECT tx_hash FROM {schema}.payment_events WHERE event_id = $1"),
       Params(id));
   if (!r.ok()) return r.status();
@@ -314,8 +316,8 @@ absl::StatusOr<int> Dispatcher::run_once(Connection& conn) const {
   // The claimed events stay locked until this transaction ends: should this
   // worker be cut off before its apply, the server ends it after the idle
   // limit, and other workers' claims find the events again.
-  absl::StatusOr<Transaction> tx =
-      Transaction::begin(conn, {.idle_limit = options_.idle_in_transaction_limit});
+  absl::StatusOr<Transaction> tx = Transaction::begin(
+      conn, {.idle_limit = options_.idle_in_transaction_limit, .pin_search_path = true});
   if (!tx.ok()) return tx.status();
   absl::StatusOr<std::vector<ClaimedEvent>> batch = claim(conn);
   if (!batch.ok()) return batch.status();  // rolled back: nothing claimed

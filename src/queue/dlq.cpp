@@ -13,6 +13,7 @@
 #include "absl/random/random.h"
 #include "idemledger/core/connection.hpp"
 #include "src/core/internal/absl_compat.hpp"
+#include "src/core/internal/pinned.hpp"
 #include "src/core/internal/random.hpp"
 #include "src/core/internal/text.hpp"
 #include "src/ledger/internal/sqlstates.hpp"
@@ -420,11 +421,12 @@ absl::StatusOr<DeadLetterQueue::Record> read_record(const Row& row) {
 
 absl::StatusOr<std::vector<DeadLetterQueue::Record>> DeadLetterQueue::list(Connection& conn,
                                                                            int limit) const {
-  absl::StatusOr<Result> r =
-      conn.execute(options_.schema.qualify(fmt::format("SELECT {} WHERE d.resolved_at IS NULL "
-                                                       "ORDER BY d.id DESC LIMIT $1::bigint",
-                                                       kRecordColumns)),
-                   Params(limit));
+  absl::StatusOr<Result> r = internal::execute_pinned(
+      conn,
+      options_.schema.qualify(fmt::format("SELECT {} WHERE d.resolved_at IS NULL "
+                                          "ORDER BY d.id DESC LIMIT $1::bigint",
+                                          kRecordColumns)),
+      Params(limit));
   if (!r.ok()) return r.status();
   std::vector<Record> records;
   for (std::size_t i = 0; i < r->rows.size(); ++i) {
@@ -437,7 +439,8 @@ absl::StatusOr<std::vector<DeadLetterQueue::Record>> DeadLetterQueue::list(Conne
 
 absl::StatusOr<DeadLetterQueue::Record> DeadLetterQueue::show(Connection& conn,
                                                               std::int64_t id) const {
-  absl::StatusOr<Result> r = conn.execute(
+  absl::StatusOr<Result> r = internal::execute_pinned(
+      conn,
       options_.schema.qualify(fmt::format("SELECT {} WHERE d.id = $1::bigint", kRecordColumns)),
       Params(id));
   if (!r.ok()) return r.status();
@@ -449,14 +452,15 @@ absl::StatusOr<std::int64_t> DeadLetterQueue::discard(Connection& conn, std::int
                                                       std::string_view reason,
                                                       std::string_view actor) const {
   if (absl::Status s = check_decision(reason, actor); !s.ok()) return s;
-  absl::StatusOr<Result> r =
-      conn.execute(options_.schema.qualify(
-                       "WITH closed AS (UPDATE {schema}.dead_letter_queue SET resolved_at = now(), "
-                       "resolution = 'discarded: ' || $2 "
-                       "WHERE id = $1::bigint AND resolved_at IS NULL RETURNING id) "
-                       "INSERT INTO {schema}.operator_actions (action, target, reason, actor) "
-                       "SELECT 'dlq_discard', id::text, $2, $3 FROM closed RETURNING id"),
-                   Params(id, reason, actor));
+  absl::StatusOr<Result> r = internal::execute_pinned(
+      conn,
+      options_.schema.qualify(
+          "WITH closed AS (UPDATE {schema}.dead_letter_queue SET resolved_at = now(), "
+          "resolution = 'discarded: ' || $2 "
+          "WHERE id = $1::bigint AND resolved_at IS NULL RETURNING id) "
+          "INSERT INTO {schema}.operator_actions (action, target, reason, actor) "
+          "SELECT 'dlq_discard', id::text, $2, $3 FROM closed RETURNING id"),
+      Params(id, reason, actor));
   if (!r.ok()) return r.status();
   if (r->rows.empty()) return absl::NotFoundError(fmt::format("no open dead letter {}", id));
   return read_single<std::int64_t>(*r, "discard");

@@ -378,9 +378,11 @@ std::vector<absl::StatusOr<RecordResult>> record_webhook_events(
       std::move(holds).finish(), std::move(expires).finish(), std::move(traces).finish(),
       std::move(payloads).finish(), std::move(hashes).finish());
   absl::StatusOr<Result> r = conn.execute(
-      schema.qualify("SELECT * FROM {schema}.record_events($1::text[], $2::text[], $3::numeric[], "
-                     "$4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::numeric[], "
-                     "$10::text[], $11::bigint[], $12::text[], $13::text[], $14::text[])"),
+      schema.qualify("SELECT * FROM {schema}.record_events($1::pg_catalog.text[], "
+                     "$2::pg_catalog.text[], $3::numeric[], $4::pg_catalog.text[], "
+                     "$5::pg_catalog.text[], $6::pg_catalog.text[], $7::pg_catalog.text[], "
+                     "$8::bigint[], $9::numeric[], $10::pg_catalog.text[], $11::bigint[], "
+                     "$12::pg_catalog.text[], $13::pg_catalog.text[], $14::pg_catalog.text[])"),
       params);
   if (!r.ok()) {
     // All of it or none of it, and not known which: nobody may answer 200.

@@ -8,6 +8,7 @@
 #include "idemledger/core/event_status.hpp"
 #include "idemledger/ledger/hold.hpp"
 #include "idemledger/ledger/topics.hpp"
+#include "src/core/internal/pinned.hpp"
 
 namespace idemledger {
 
@@ -90,7 +91,7 @@ RelevanceCheck ledger_relevance(const Schema& schema) {
   return [sql = std::move(sql)](Connection& conn, const RelayMessage& message) {
     const std::optional<OutboxTopic> topic = parse_outbox_topic(message.topic);
     if (!topic) return Relevance::kExpired;  // not ours: the ledger cannot vouch for it
-    absl::StatusOr<Result> r = conn.execute(sql, Params(message.payload));
+    absl::StatusOr<Result> r = internal::execute_pinned(conn, sql, Params(message.payload));
     if (!r.ok() || r->rows.size() != 1) return Relevance::kQueryFailed;
     auto read =
         r->row(0).read<std::optional<EventStatus>, std::optional<bool>, std::optional<HoldState>>();

@@ -1,6 +1,7 @@
 #include "idemledger/relay/report.hpp"
 
 #include "idemledger/core/connection.hpp"
+#include "src/core/internal/pinned.hpp"
 
 namespace idemledger {
 namespace {
@@ -21,9 +22,11 @@ absl::Status read_counts(const Result& r, std::vector<RelayReport::Count>& into)
 
 absl::StatusOr<RelayReport> relay_report(Connection& conn, const Schema& schema) {
   RelayReport report;
-  absl::StatusOr<Result> markers = conn.execute(schema.qualify(
-      "SELECT name, state, opened_at FROM {schema}.circuit_breakers WHERE name LIKE 'relay:%' "
-      "ORDER BY name"));
+  absl::StatusOr<Result> markers = internal::execute_pinned(
+      conn,
+      schema.qualify(
+          "SELECT name, state, opened_at FROM {schema}.circuit_breakers WHERE name LIKE 'relay:%' "
+          "ORDER BY name"));
   if (!markers.ok()) return markers.status();
   for (std::size_t i = 0; i < markers->rows.size(); ++i) {
     const Row row = markers->row(i);
@@ -33,14 +36,15 @@ absl::StatusOr<RelayReport> relay_report(Connection& conn, const Schema& schema)
     report.markers.push_back({.name = std::move(name), .state = state, .opened_at = opened});
   }
 
-  absl::StatusOr<Result> totals = conn.execute(schema.qualify(
-      "SELECT (SELECT count(*) FROM {schema}.outbox "
-      "         WHERE published_at IS NULL AND diverted_at IS NULL), "
-      "       (SELECT min(created_at) FROM {schema}.outbox "
-      "         WHERE published_at IS NULL AND diverted_at IS NULL), "
-      "       (SELECT count(*) FROM {schema}.outbox WHERE published_at IS NOT NULL), "
-      "       (SELECT count(*) FROM {schema}.relay_quarantine), "
-      "       (SELECT min(quarantined_at) FROM {schema}.relay_quarantine)"));
+  absl::StatusOr<Result> totals = internal::execute_pinned(
+      conn, schema.qualify(
+                "SELECT (SELECT count(*) FROM {schema}.outbox "
+                "         WHERE published_at IS NULL AND diverted_at IS NULL), "
+                "       (SELECT min(created_at) FROM {schema}.outbox "
+                "         WHERE published_at IS NULL AND diverted_at IS NULL), "
+                "       (SELECT count(*) FROM {schema}.outbox WHERE published_at IS NOT NULL), "
+                "       (SELECT count(*) FROM {schema}.relay_quarantine), "
+                "       (SELECT min(quarantined_at) FROM {schema}.relay_quarantine)"));
   if (!totals.ok()) return totals.status();
   absl::StatusOr<Row> row = totals->single_row("relay totals");
   if (!row.ok()) return row.status();
@@ -54,14 +58,15 @@ absl::StatusOr<RelayReport> relay_report(Connection& conn, const Schema& schema)
   report.quarantined = quarantined;
   report.quarantined_since = quarantined_since;
 
-  absl::StatusOr<Result> letters = conn.execute(
-      schema.qualify("SELECT coalesce(resolution, 'open'), count(*), min(first_dlq_at) "
-                     "FROM {schema}.relay_dead_letters GROUP BY resolution ORDER BY 1"));
+  absl::StatusOr<Result> letters = internal::execute_pinned(
+      conn, schema.qualify("SELECT coalesce(resolution, 'open'), count(*), min(first_dlq_at) "
+                           "FROM {schema}.relay_dead_letters GROUP BY resolution ORDER BY 1"));
   if (!letters.ok()) return letters.status();
   if (absl::Status s = read_counts(*letters, report.dead_letters); !s.ok()) return s;
-  absl::StatusOr<Result> dropped = conn.execute(schema.qualify(
-      "SELECT drop_reason, count(*), NULL::timestamptz FROM {schema}.relay_dead_letters "
-      "WHERE resolution = 'dropped' GROUP BY drop_reason ORDER BY 2 DESC, 1"));
+  absl::StatusOr<Result> dropped = internal::execute_pinned(
+      conn, schema.qualify(
+                "SELECT drop_reason, count(*), NULL::timestamptz FROM {schema}.relay_dead_letters "
+                "WHERE resolution = 'dropped' GROUP BY drop_reason ORDER BY 2 DESC, 1"));
   if (!dropped.ok()) return dropped.status();
   if (absl::Status s = read_counts(*dropped, report.dropped_by_reason); !s.ok()) return s;
   return report;
@@ -70,7 +75,8 @@ absl::StatusOr<RelayReport> relay_report(Connection& conn, const Schema& schema)
 absl::StatusOr<std::vector<RelayDeadLetter>> list_relay_dead_letters(Connection& conn,
                                                                      const Schema& schema,
                                                                      int limit) {
-  absl::StatusOr<Result> r = conn.execute(
+  absl::StatusOr<Result> r = internal::execute_pinned(
+      conn,
       schema.qualify("SELECT id, outbox_id, topic, dlq_retries, first_dlq_at, reason, resolution, "
                      "drop_reason FROM {schema}.relay_dead_letters "
                      "WHERE resolution IS DISTINCT FROM 'delivered' "

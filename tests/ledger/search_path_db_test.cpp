@@ -18,12 +18,18 @@
 #include "gmock/gmock.h"
 #include "idemledger/core/connection.hpp"
 #include "idemledger/core/params.hpp"
+#include "idemledger/ledger/asset.hpp"
 #include "idemledger/ledger/hold.hpp"
 #include "idemledger/ledger/ledger.hpp"
 #include "idemledger/ledger/migrate.hpp"
 #include "idemledger/ops/cleanup.hpp"
 #include "idemledger/ops/monitor.hpp"
 #include "idemledger/ops/reconcile.hpp"
+#include "idemledger/ops/report.hpp"
+#include "idemledger/queue/dispatcher.hpp"
+#include "idemledger/queue/dlq.hpp"
+#include "idemledger/queue/intake.hpp"
+#include "idemledger/relay/report.hpp"
 #include "src/relay/internal/store.hpp"
 #include "tests/support/test_db.hpp"
 
@@ -164,6 +170,8 @@ class SearchPath : public LedgerTest {
     expect_reconciled();
   }
 
+  void expect_the_operations_run_nothing(std::string_view then);
+
   std::string evil_;
 };
 
@@ -194,12 +202,15 @@ TEST_F(SearchPath, ATransactionsIdleLimitRunsNothingOfTheCallers) {
   EXPECT_EQ(hits(), before);
 }
 
-// The operations a host or a service runs on its own session (idempotency
-// cleanup, reconciliation, the health check, the relay's claims) run nothing
-// of a schema on its search_path, and mean what they say: a TTL, a window and
-// a lease keep their length, and an asset that does not sum to zero is found.
-TEST_F(SearchPath, TheOperationsRunNothingOfTheCallers) {
-  IDEMLEDGER_NEEDS_OWN_SESSION("a session-level search_path");
+// The operations a host or a service runs on its own session run nothing of
+// a schema on its search_path, under `then` (see connect_behind_the_trap),
+// and mean what they say: a TTL, a window and a lease keep their length, and
+// an asset that does not sum to zero is found. Each kind of statement is
+// here: idempotency cleanup, reconciliation (its run recorded), the health
+// check and the reports, the relay's claim and its delivery, the ledger's
+// and the schema's reads, the dead-letter list, intake's group commit and a
+// worker's claim-and-apply.
+void SearchPath::expect_the_operations_run_nothing(std::string_view then) {
   // Two deposits (idempotency records): one an hour older than the TTL.
   ASSERT_EQ(*ledger_->process_deposit(*conn_, event("d_old", EventType::kDeposit, 1, "1")),
             Outcome::kApplied);
@@ -213,9 +224,20 @@ TEST_F(SearchPath, TheOperationsRunNothingOfTheCallers) {
   exec(
       "INSERT INTO {schema}.system_entries (asset, account, amount, event_type, source_event_id) "
       "SELECT code, 'external', 1, 'deposit', 'planted' FROM {schema}.assets WHERE is_default");
+  exec("INSERT INTO {schema}.deposit_addresses (address, user_id) VALUES ('0xaaa', 1)");
 
   std::unique_ptr<pg::Connection> host;
-  ASSERT_NO_FATAL_FAILURE(connect_behind_the_trap("public", host));
+  ASSERT_NO_FATAL_FAILURE(connect_behind_the_trap(then, host));
+  if (then == "pg_catalog") {
+    // Listed first, even a type (`text` in a statement would be this one)
+    // and the commonest operator: every `=` of two bigints or two texts.
+    exec("CREATE TYPE " + evil_ + ".text AS (forged boolean)");
+    trap_function("equals(bigint, bigint)", "boolean", "$1 OPERATOR(pg_catalog.=) $2");
+    trap_operator("=", "bigint", "bigint", "equals");
+    trap_function("equals(pg_catalog.text, pg_catalog.text)", "boolean",
+                  "$1 OPERATOR(pg_catalog.=) $2");
+    trap_operator("=", "pg_catalog.text", "pg_catalog.text", "equals");
+  }
   const long before = hits();
 
   absl::StatusOr<CleanupReport> cleaned =
@@ -231,21 +253,77 @@ TEST_F(SearchPath, TheOperationsRunNothingOfTheCallers) {
   absl::StatusOr<ReconcileReport> full = reconciler.full(*host);
   ASSERT_TRUE(full.ok()) << full.status();
   EXPECT_EQ(full->imbalances.size(), 1u);
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.reconciliation_runs"), 2);
 
-  absl::StatusOr<HealthReport> health =
-      check_health(*host, {.schema = schema_, .alerts = &alerts_});
-  ASSERT_TRUE(health.ok()) << health.status();
+  const MonitorOptions monitor{.schema = schema_, .alerts = &alerts_};
+  absl::StatusOr<StatusReport> status = status_report(*host, monitor);  // the health check too
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->open_dead_letters, 0);
+  absl::StatusOr<std::vector<StatsRow>> stats = ledger_stats(*host, schema_);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_FALSE(stats->empty());
 
   const internal::RelayStore store(schema_);
   absl::StatusOr<std::vector<RelayMessage>> claimed =
       store.claim_outbox(*host, "relay_1", absl::Minutes(10), 10);
   ASSERT_TRUE(claimed.ok()) << claimed.status();
-  EXPECT_EQ(claimed->size(), 2u);  // the deposits' notices
+  ASSERT_EQ(claimed->size(), 2u);  // the deposits' notices
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.outbox "
                   "WHERE claimed_until > now() + interval '9 minutes'"),
             2);
+  absl::StatusOr<bool> delivered = store.mark_delivered(*host, claimed->front(), "relay_1");
+  ASSERT_TRUE(delivered.ok()) << delivered.status();
+  EXPECT_TRUE(*delivered);
+  absl::StatusOr<RelayReport> relayed = relay_report(*host, schema_);
+  ASSERT_TRUE(relayed.ok()) << relayed.status();
+  EXPECT_EQ(relayed->outbox_delivered, 1);
+
+  absl::StatusOr<Account> account = ledger_->account(*host, 1);
+  ASSERT_TRUE(account.ok()) << account.status();
+  EXPECT_EQ(account->balance.to_string(), "102");
+  absl::StatusOr<std::vector<Asset>> assets = list_assets(*host, schema_);
+  ASSERT_TRUE(assets.ok()) << assets.status();
+  EXPECT_EQ(assets->size(), 1u);
+  absl::StatusOr<int> version = current_schema_version(*host, schema_);
+  ASSERT_TRUE(version.ok()) << version.status();
+  EXPECT_EQ(*version, latest_schema_version());
+  absl::StatusOr<std::vector<DeadLetterQueue::Record>> letters =
+      DeadLetterQueue({.schema = schema_}).list(*host, 10);
+  ASSERT_TRUE(letters.ok()) << letters.status();
+  EXPECT_TRUE(letters->empty());
+
+  // A delivery recorded, then claimed and applied by a worker.
+  const std::string body =
+      R"({"event_id":"w1","event_type":"deposit","amount":"2","to_address":"0xaaa"})";
+  const WebhookEvent webhook = *parse_webhook(body);
+  const std::vector<WebhookDelivery> deliveries = {
+      {.event = &webhook, .trace_id = "t", .raw_body = body}};
+  const std::vector<absl::StatusOr<RecordResult>> recorded =
+      record_webhook_events(*host, schema_, deliveries);
+  ASSERT_EQ(recorded.size(), 1u);
+  ASSERT_TRUE(recorded[0].ok()) << recorded[0].status();
+  EXPECT_EQ(*recorded[0], RecordResult::kAccepted);
+  const Dispatcher worker(*ledger_, {.schema = schema_});
+  absl::StatusOr<int> applied = worker.run_once(*host);
+  ASSERT_TRUE(applied.ok()) << applied.status();
+  EXPECT_EQ(*applied, 1);
+  EXPECT_EQ(balance(1), "104");
+  EXPECT_EQ(scalar("SELECT status FROM {schema}.payment_events WHERE event_id = 'w1'"),
+            "confirmed");
 
   EXPECT_EQ(hits(), before) << "an operation ran the trap's code";
+  EXPECT_EQ(*host->execute("SHOW search_path")->row(0).get<std::string>(0),
+            fmt::format("{}, {}", evil_, then));
+}
+
+TEST_F(SearchPath, TheOperationsRunNothingOfTheCallers) {
+  IDEMLEDGER_NEEDS_OWN_SESSION("a session-level search_path");
+  expect_the_operations_run_nothing("public");
+}
+
+TEST_F(SearchPath, TheOperationsRunNothingOfASchemaListedBeforePgCatalog) {
+  IDEMLEDGER_NEEDS_OWN_SESSION("a session-level search_path");
+  expect_the_operations_run_nothing("pg_catalog");
 }
 
 // What migrate() creates binds pg_catalog's built-ins (a default's now(), a

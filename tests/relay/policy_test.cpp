@@ -121,9 +121,10 @@ TEST_F(RelayDecisions, DeliverRecordsWhatTheDownstreamAnswered) {
     return downstream;
   });
   const RelayMessage fresh{.outbox_id = 5, .topic = "credited", .payload = "{}"};
-  conn_.on("published_at = now()", FakeConnection::rows({}, 1));
+  conn_.on("published_at = pg_catalog.now()", FakeConnection::rows({}, 1));
   EXPECT_EQ(r->deliver(conn_, fresh)->disposition, RelayDisposition::kDelivered);
-  EXPECT_THAT(conn_.params_of("published_at = now()"), ::testing::ElementsAre("5", "me"));
+  EXPECT_THAT(conn_.params_of("published_at = pg_catalog.now()"),
+              ::testing::ElementsAre("5", "me"));
 
   downstream = absl::UnavailableError("HTTP 503");
   conn_.on("breaker_record", FakeConnection::rows({{"closed"}}));
@@ -140,7 +141,7 @@ TEST_F(RelayDecisions, DeliverRecordsWhatTheDownstreamAnswered) {
   EXPECT_EQ(calls, 1) << "a refusal is not retried";
   EXPECT_THAT(conn_.params_of("relay_dead_letters").back(), ::testing::Optional(HasSubstr("400")));
 
-  conn_.on("published_at = now()", FakeConnection::rows({}, 0));
+  conn_.on("published_at = pg_catalog.now()", FakeConnection::rows({}, 0));
   downstream = absl::OkStatus();
   EXPECT_EQ(r->deliver(conn_, fresh)->disposition, RelayDisposition::kNotClaimed)
       << "a lease lost meanwhile is reported, not overwritten";

@@ -603,7 +603,8 @@ class DiesOnTheMark : public ForwardingConnection {
       : ForwardingConnection(real), armed_(armed) {}
   using Connection::execute;
   absl::StatusOr<Result> execute(std::string_view sql, std::span<const Param> params) override {
-    if (sql.find("SET published_at = now()") != std::string_view::npos && armed_.exchange(false)) {
+    if (sql.find("SET published_at = pg_catalog.now()") != std::string_view::npos &&
+        armed_.exchange(false)) {
       absl::Status died = absl::UnavailableError("server closed the connection unexpectedly");
       mark_connection_broken(died);
       return died;
