@@ -1,9 +1,10 @@
 // A caller's search_path decides nothing inside the library: no schema on it
 // can put its own function in place of a built-in in a ledger call's
 // statements, the functions they call, what migrate() creates (migration 22,
-// and the search_path every call and migration sets for itself), or the
-// statements of the operations that run under the caller's own (exact-typed
-// operators).
+// and the search_path every call and migration sets for itself), or any
+// other statement the library sends on the caller's session (pinned the same
+// way, or naming pg_catalog's objects itself), even where the caller lists
+// that schema before pg_catalog.
 //
 // The trap is a schema of the test's own ("<schema>_evil"), standing for one
 // another role can create objects in (public, on a database created before
