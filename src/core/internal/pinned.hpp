@@ -12,9 +12,10 @@
 // pg_temp, set transaction-scoped (a pooled or PgBouncer-shared session keeps
 // its own), in the same round trip with the libpq adapter:
 //
-//   - outside a transaction: BEGIN, the setting, the statement, COMMIT; all
-//     or nothing, as the statement alone was. A connection lost before the
-//     outcome is known yields commit_in_doubt(), as any batch does.
+//   - outside a transaction: the setting and the statement as one
+//     transaction of their own (execute_atomically); all or nothing, as the
+//     statement alone was. A connection lost before the outcome is known
+//     yields commit_in_doubt(), as it did for the statement alone.
 //   - inside the caller's transaction: the caller's own value is kept aside
 //     before and put back after, so its later statements mean what they did.
 //
