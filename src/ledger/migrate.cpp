@@ -139,6 +139,11 @@ const std::vector<Migration>& migrations() {
        {
 #include "src/ledger/migrations/0022_pinned_search_path.inc"
        }},
+      {23,
+       "partitioned_system_legs",
+       {
+#include "src/ledger/migrations/0023_partitioned_system_legs.inc"
+       }},
   };
   return all;
 }

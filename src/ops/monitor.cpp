@@ -23,7 +23,8 @@ absl::StatusOr<HealthReport> check_health(Connection& conn, const MonitorOptions
           "   AND created_at < now() - $3::double precision * interval '1 millisecond'),"
           " {schema}.next_month_partition_missing(),"
           " (SELECT count(*) FROM {schema}.holds WHERE state = 'held'"
-          "   AND expires_at < now() - $4::double precision * interval '1 millisecond')"),
+          "   AND expires_at < now() - $4::double precision * interval '1 millisecond'),"
+          " {schema}.partitioning_incomplete()"),
       Params(options.processing_zombie_after, options.queued_zombie_after,
              options.stuck_record_after, options.overdue_hold_after));
   if (!r.ok()) return r.status();
@@ -40,8 +41,11 @@ absl::StatusOr<HealthReport> check_health(Connection& conn, const MonitorOptions
   }
   absl::StatusOr<bool> partition_missing = row->get<bool>(4);
   if (!partition_missing.ok()) return partition_missing.status();
+  absl::StatusOr<bool> incomplete = row->get<bool>(6);
+  if (!incomplete.ok()) return incomplete.status();
   h.dlq_flood = h.dead_letters_last_hour > options.dlq_flood_per_hour;
   h.next_month_partition_missing = *partition_missing;
+  h.partitioning_incomplete = *incomplete;
 
   AlertSink& sink = alert_sink_or_default(options.alerts);
   const auto raise = [&](std::string_view key, const std::string& message) {
@@ -59,6 +63,14 @@ absl::StatusOr<HealthReport> check_health(Connection& conn, const MonitorOptions
     raise("partition_missing",
           "no partition for next month: its rows will be refused; run "
           "ensure_monthly_partitions (idemledger-admin partitions)");
+  }
+  if (h.partitioning_incomplete) {
+    sink.alert({.severity = AlertSeverity::kWarning,
+                .key = "partitioning_incomplete",
+                .message = "system_entries is not partitioned on a partitioned schema (converted "
+                           "before migration 23): it grows as one table; run "
+                           "enable_monthly_partitioning (idemledger-admin partitions enable) in a "
+                           "maintenance window"});
   }
   if (h.overdue_holds > 0) {
     raise("overdue_holds",

@@ -35,6 +35,7 @@ TEST(MigrationCatalog, ReleasedMigrationsNeverChange) {
       {20, "5ff7c5add2239d927f468b3d7e7b5084fb9f445c3bb91b35f387eaee14d26cd4"},
       {21, "6e418c0b9d5dcff5beb7a8861fb7acc022b98141d32cb8f9cd86229a4340bdaa"},
       {22, "7cdd2b4297df3c8693d5471fc99fdb32af39296dcd538cff9ad67cd65a152c80"},
+      {23, "d9cf40582c7502babc7b0cab2d1914a04aebdc2b3e8bcc871dd3173fa75c9f1c"},
   };
   const std::vector<MigrationInfo> catalog = migration_catalog();
   ASSERT_GE(catalog.size(), pinned.size());

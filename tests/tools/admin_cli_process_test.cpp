@@ -8,6 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "idemledger/ledger/migrate.hpp"
+#include "idemledger/ops/partitioning.hpp"
 #include "idemledger/queue/dispatcher.hpp"
 #include "tests/support/test_db.hpp"
 
@@ -66,6 +67,33 @@ TEST_F(AdminCli, MigrateStatusStats) {
   r = admin("status");
   EXPECT_EQ(r.exit_code, 1) << "findings exit 1";
   EXPECT_THAT(r.out, HasSubstr("UNHEALTHY"));
+}
+
+// A schema partitioned before migration 23 (its system legs left whole): the
+// status says what to run, and `partitions enable` run once more finishes it.
+TEST_F(AdminCli, StatusWarnsOfUnpartitionedSystemLegsUntilPartitionsEnable) {
+  exec("DROP SCHEMA {schema} CASCADE");
+  ASSERT_TRUE(migrate(*conn_, {.schema = schema_, .target_version = 22}).ok());
+  ASSERT_TRUE(enable_monthly_partitioning(*conn_, {.schema = schema_}).ok());
+  ASSERT_EQ(admin("migrate").exit_code, 0);
+
+  CliRun r = admin("status");
+  EXPECT_EQ(r.exit_code, 0) << "a warning, not a finding: " << r.out;
+  EXPECT_THAT(r.out, HasSubstr("health: ok"));
+  EXPECT_THAT(r.out, HasSubstr("system_entries is not partitioned yet: run 'partitions enable'"));
+  nlohmann::json j = nlohmann::json::parse(admin("--json status", false).out);
+  EXPECT_EQ(j["partitioning_incomplete"], true);
+
+  r = admin("partitions enable");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  // Last month, this month and three ahead, for system_entries alone.
+  EXPECT_THAT(r.out, HasSubstr("monthly partitions on; 5 created"));
+  r = admin("status");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("not partitioned")));
+  EXPECT_EQ(nlohmann::json::parse(admin("--json status", false).out)["partitioning_incomplete"],
+            false);
+  EXPECT_THAT(admin("partitions enable").out, HasSubstr("monthly partitions on; 0 created"));
 }
 
 TEST_F(AdminCli, DeadLettersListShowDiscardWithAudit) {
@@ -331,9 +359,9 @@ TEST_F(AdminCli, PartitionsEnableEnsureAndTheLedgerStillHolds) {
   EXPECT_THAT(r.out, HasSubstr("off (enable first); 0 created"));
   r = admin("partitions enable --months-ahead 2");
   EXPECT_EQ(r.exit_code, 0) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("monthly partitions on; 8 created"))
-      << "last, this and 2 more months, for two tables";
-  EXPECT_THAT(admin("partitions ensure --months-ahead 3").out, HasSubstr("on; 2 created"));
+  EXPECT_THAT(r.out, HasSubstr("monthly partitions on; 12 created"))
+      << "last, this and 2 more months, for three tables";
+  EXPECT_THAT(admin("partitions ensure --months-ahead 3").out, HasSubstr("on; 3 created"));
   EXPECT_EQ(*ledger_->process_deposit(*conn_, event("d1", EventType::kDeposit, 1, "5")),
             Outcome::kAlreadyApplied);
   EXPECT_EQ(*ledger_->process_deposit(*conn_, event("d2", EventType::kDeposit, 1, "5")),

@@ -233,7 +233,8 @@ int status(idemledger::Connection& c, const Args& a) {
                                        {"zombie_processing", h.zombie_processing},
                                        {"zombie_queued", h.zombie_queued},
                                        {"dead_letters_last_hour", h.dead_letters_last_hour},
-                                       {"stuck_idempotency_records", h.stuck_idempotency_records}}
+                                       {"stuck_idempotency_records", h.stuck_idempotency_records},
+                                       {"partitioning_incomplete", h.partitioning_incomplete}}
                             .dump(2)
                             .c_str());
   } else {
@@ -246,12 +247,16 @@ int status(idemledger::Connection& c, const Args& a) {
     std::printf(
         "\nopen dead letters: %lld\nlast reconciliation: %s\nhealth: %s (zombies: %lld "
         "processing, %lld queued; dead letters last hour: %lld; stuck idempotency records: "
-        "%lld)\n",
+        "%lld)%s\n",
         static_cast<long long>(s.open_dead_letters),
         s.last_reconciliation ? time_text(*s.last_reconciliation).c_str() : "never",
         h.healthy() ? "ok" : "UNHEALTHY", static_cast<long long>(h.zombie_processing),
         static_cast<long long>(h.zombie_queued), static_cast<long long>(h.dead_letters_last_hour),
-        static_cast<long long>(h.stuck_idempotency_records));
+        static_cast<long long>(h.stuck_idempotency_records),
+        h.partitioning_incomplete
+            ? "\nwarning: system_entries is not partitioned yet: run 'partitions enable' once "
+              "more"
+            : "");
   }
   return h.healthy() ? 0 : 1;
 }
@@ -455,7 +460,7 @@ int partitions(idemledger::Connection& c, const Args& a) {
   const absl::Time started = absl::Now();
   if (sub == "enable" && !a.quiet) {
     std::fprintf(stderr,
-                 "partitions enable: copying both history tables in one transaction; they stay "
+                 "partitions enable: copying the history tables in one transaction; they stay "
                  "locked until it commits\n");
   }
   const int created = must(sub == "enable" ? idemledger::enable_monthly_partitioning(c, options)

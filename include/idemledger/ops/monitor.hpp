@@ -11,7 +11,9 @@
 //   never finished; the ledger itself never commits one);
 // - holds past their expiry still reserving funds (the sweeper,
 //   Ledger::expire_holds, is not running or not keeping up);
-// - a partitioned schema (partitioning.hpp) with no partition for next month.
+// - a partitioned schema (partitioning.hpp) with no partition for next month;
+// - a schema partitioned before migration 23, whose system legs are not yet
+//   (a warning, not unhealthy: run enable_monthly_partitioning() once more).
 //
 // Thread-safe (no state).
 #ifndef IDEMLEDGER_OPS_MONITOR_HPP
@@ -47,6 +49,7 @@ struct HealthReport {
   std::int64_t overdue_holds = 0;
   bool dlq_flood = false;
   bool next_month_partition_missing = false;  // partitioned schemas only
+  bool partitioning_incomplete = false;       // warned, not counted in healthy()
   [[nodiscard]] bool healthy() const {
     return zombie_processing == 0 && zombie_queued == 0 && !dlq_flood &&
            stuck_idempotency_records == 0 && overdue_holds == 0 && !next_month_partition_missing;

@@ -1,23 +1,32 @@
 // idemledger/ops/partitioning.hpp — optional monthly partitions for the ledger's
-// two ever-growing tables, with the exactly-once guarantee intact.
+// three ever-growing tables, with the exactly-once guarantee intact.
 //
 //   idemledger::migrate(conn, "idemledger");
 //   idemledger::enable_monthly_partitioning(conn, {.schema = "idemledger"});   // once
 //   idemledger::ensure_monthly_partitions(conn, {.schema = "idemledger"});     // daily
 //
-// balance_events and processed_events become RANGE-partitioned by created_at,
-// one partition per UTC month. PostgreSQL cannot keep a unique index across
-// partitions, so:
+// balance_events (the user legs), system_entries (the system legs) and
+// processed_events become RANGE-partitioned, one partition per UTC month:
+// the legs by created_at, the idempotency records by their `month`.
+// PostgreSQL cannot keep a unique index across partitions, so:
 // - the ledger's UNIQUE (source_event_id, event_type) moves to
 //   balance_event_keys, an unpartitioned two-column table that a BEFORE INSERT
 //   trigger fills in the same statement as the ledger row; a second entry is
 //   refused exactly as before (SQLSTATE IL004: nothing applied, alert).
+//   system_entries has no key of its own: its rows are written only beside
+//   a user leg that passed that guard.
 // - an idempotency key is unique within its month. A replay landing in a
 //   later month is the "record cleaned up" case the ledger already answers
 //   without touching a balance: the event's status, then balance_event_keys.
 // Old idempotency months are dropped whole by cleanup_idempotency_records()
-// (never one holding a `pending` record); ledger months are kept (detach one
-// yourself to archive it: its keys stay, so it can never be applied again).
+// (never one holding a `pending` record); ledger months, user and system
+// legs alike, are kept (detach a month of both yourself to archive it: its
+// keys stay, so it can never be applied again).
+//
+// A schema converted before migration 23 has its system legs unpartitioned:
+// enable_monthly_partitioning() run once more converts them alone (the same
+// locks, the same window), and check_health() warns until then
+// (partitioning_incomplete).
 //
 // There is no default partition: a row for a month nobody created fails
 // loudly. ensure_monthly_partitions() keeps months_ahead months ready and
@@ -45,10 +54,10 @@ struct PartitioningOptions {
 
 // enable_monthly_partitioning()
 //
-// Converts both tables in one transaction (creating a partition for every
-// month that has rows, copying them, dropping the old tables). It holds
-// ACCESS EXCLUSIVE locks while it copies: run it at setup or in a
-// maintenance window. Returns the partitions created; 0 if already done.
+// Converts the three tables in one transaction (creating a partition for
+// every month that has rows, copying them, dropping the old tables). It holds
+// ACCESS EXCLUSIVE locks on all three while it copies: run it at setup or in
+// a maintenance window. Returns the partitions created; 0 if already done.
 // REQUIRES: migrate() ran for the schema.
 [[nodiscard]] absl::StatusOr<int> enable_monthly_partitioning(Connection& conn,
                                                               const PartitioningOptions& options);
