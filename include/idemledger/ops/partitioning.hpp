@@ -20,8 +20,11 @@
 //   without touching a balance: the event's status, then balance_event_keys.
 // Old idempotency months are dropped whole by cleanup_idempotency_records()
 // (never one holding a `pending` record); ledger months, user and system
-// legs alike, are kept (detach a month of both yourself to archive it: its
-// keys stay, so it can never be applied again).
+// legs alike, are kept. Do not detach one to archive it: its keys would stay
+// (nothing in it could be applied again), but reconciliation sums every leg
+// of an account, so each account the month touched would read as out of
+// balance, and the system accounts' totals would move. Archiving needs a
+// balance carried forward per account, which the schema does not have yet.
 //
 // A schema converted before migration 23 has its system legs unpartitioned:
 // enable_monthly_partitioning() run once more converts them alone (the same
