@@ -40,6 +40,16 @@ class Partitioning : public LedgerTest {
     return scalar("SELECT to_char(now() AT TIME ZONE 'UTC' - interval '" + std::to_string(back) +
                   " months', '\"y\"YYYY\"m\"MM')");
   }
+  // Deposits `amount` to user 1 as events <prefix>0 .. <prefix>(n - 1), each
+  // answered `expected`.
+  void deposit_each(const std::string& prefix, int n, const char* amount, Outcome expected) {
+    for (int i = 0; i < n; ++i) {
+      EXPECT_EQ(*ledger_->process_deposit(
+                    *conn_, event(prefix + std::to_string(i), EventType::kDeposit, 1, amount)),
+                expected)
+          << prefix << i;
+    }
+  }
   // Every asset's legs, user and system, sum to zero.
   void expect_assets_balance() {
     EXPECT_EQ(count("SELECT count(*) FROM (SELECT asset FROM (SELECT asset, amount FROM "
@@ -51,11 +61,7 @@ class Partitioning : public LedgerTest {
 
 TEST_F(Partitioning, ConversionKeepsEveryRowAndEveryGuarantee) {
   open_account(1, "0");
-  for (int i = 0; i < 20; ++i) {
-    ASSERT_EQ(*ledger_->process_deposit(
-                  *conn_, event("d" + std::to_string(i), EventType::kDeposit, 1, "1")),
-              Outcome::kApplied);
-  }
+  deposit_each("d", 20, "1", Outcome::kApplied);
   // History: some of it from five months ago.
   exec(
       "UPDATE {schema}.balance_events SET created_at = now() - interval '5 months' "
@@ -95,11 +101,7 @@ TEST_F(Partitioning, ConversionKeepsEveryRowAndEveryGuarantee) {
   expect_reconciled();
   expect_assets_balance();
   // Every old event is still refused, and new ones apply.
-  for (int i = 0; i < 20; ++i) {
-    EXPECT_EQ(*ledger_->process_deposit(
-                  *conn_, event("d" + std::to_string(i), EventType::kDeposit, 1, "1")),
-              Outcome::kAlreadyApplied);
-  }
+  deposit_each("d", 20, "1", Outcome::kAlreadyApplied);
   EXPECT_EQ(*ledger_->process_deposit(*conn_, event("new", EventType::kDeposit, 1, "1")),
             Outcome::kApplied);
   EXPECT_EQ(balance(1), "21");
@@ -129,11 +131,7 @@ TEST_F(Partitioning, ASchemaPartitionedBeforeItsSystemLegsWereConvertsThemOnTheN
   EXPECT_EQ(partitions("system_entries"), 0);
 
   open_account(1, "0");
-  for (int i = 0; i < 6; ++i) {
-    ASSERT_EQ(*ledger_->process_deposit(
-                  *conn_, event("u" + std::to_string(i), EventType::kDeposit, 1, "2")),
-              Outcome::kApplied);
-  }
+  deposit_each("u", 6, "2", Outcome::kApplied);
   exec(
       "UPDATE {schema}.system_entries SET created_at = now() - interval '2 months' "
       "WHERE source_event_id IN ('u0', 'u1')");
@@ -162,11 +160,7 @@ TEST_F(Partitioning, ASchemaPartitionedBeforeItsSystemLegsWereConvertsThemOnTheN
   EXPECT_EQ(*enable(), 0);
   EXPECT_FALSE(check_health(*conn_, monitor)->partitioning_incomplete);
 
-  for (int i = 0; i < 6; ++i) {
-    EXPECT_EQ(*ledger_->process_deposit(
-                  *conn_, event("u" + std::to_string(i), EventType::kDeposit, 1, "2")),
-              Outcome::kAlreadyApplied);
-  }
+  deposit_each("u", 6, "2", Outcome::kAlreadyApplied);
   EXPECT_EQ(*ledger_->process_deposit(*conn_, event("u6", EventType::kDeposit, 1, "2")),
             Outcome::kApplied);
   EXPECT_EQ(balance(1), "14");
