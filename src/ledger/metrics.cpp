@@ -72,7 +72,11 @@ LedgerMetrics::LedgerMetrics(prometheus::Registry& r)
                 "Mismatches plus duplicates the last reconciliation run found.")),
       next_month_partition_missing(
           gauge(r, "idemledger_next_month_partition_missing",
-                "1 when a partitioned schema has no partition for next month yet.")) {}
+                "1 when a partitioned schema has no partition for next month yet.")),
+      partitioning_incomplete(
+          gauge(r, "idemledger_partitioning_incomplete",
+                "1 when a schema partitioned before migration 23 still has its system legs in one "
+                "table.")) {}
 
 void LedgerMetrics::count_for_asset(std::string_view asset, std::string_view outcome) {
   prometheus::Counter* found = nullptr;
@@ -122,11 +126,12 @@ absl::Status refresh_queue_gauges(Connection& conn, const Schema& schema, Ledger
           "FROM {schema}.processed_events WHERE outcome = 'pending'), "
           "coalesce((SELECT mismatches + duplicates FROM {schema}.reconciliation_runs "
           "ORDER BY finished_at DESC LIMIT 1), 0), "
-          "{schema}.next_month_partition_missing()::int"));
+          "{schema}.next_month_partition_missing()::int, "
+          "{schema}.partitioning_incomplete()::int"));
   if (!r.ok()) return r.status();
   absl::StatusOr<Row> row = r->single_row("refresh_queue_gauges");
   if (!row.ok()) return row.status();
-  const std::array<prometheus::Gauge*, 13> gauges = {&metrics.queue_pending,
+  const std::array<prometheus::Gauge*, 14> gauges = {&metrics.queue_pending,
                                                      &metrics.queue_enqueued,
                                                      &metrics.queue_processing,
                                                      &metrics.dead_letters_open,
@@ -138,7 +143,8 @@ absl::Status refresh_queue_gauges(Connection& conn, const Schema& schema, Ledger
                                                      &metrics.oldest_processing,
                                                      &metrics.oldest_pending_record,
                                                      &metrics.last_reconciliation_findings,
-                                                     &metrics.next_month_partition_missing};
+                                                     &metrics.next_month_partition_missing,
+                                                     &metrics.partitioning_incomplete};
   for (std::size_t i = 0; i < gauges.size(); ++i) {
     absl::StatusOr<std::int64_t> v = row->get<std::int64_t>(i);
     if (!v.ok()) return v.status();

@@ -142,6 +142,7 @@ TEST_F(MetricsTest, AgesOfWhatHasNotMovedAreGauges) {
   }
   EXPECT_EQ(s.at("idemledger_idempotency_pending_oldest_seconds"), "0");
   EXPECT_EQ(s.at("idemledger_next_month_partition_missing"), "0");
+  EXPECT_EQ(s.at("idemledger_partitioning_incomplete"), "0");
 
   record_event(event("old", EventType::kDeposit, 1, "1"), "pending");
   record_event(event("new", EventType::kDeposit, 1, "1"), "pending");

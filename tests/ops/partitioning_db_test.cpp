@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "idemledger/core/status.hpp"
+#include "idemledger/ledger/metrics.hpp"
 #include "idemledger/ledger/migrate.hpp"
 #include "idemledger/ops/cleanup.hpp"
 #include "idemledger/ops/monitor.hpp"
@@ -146,6 +147,10 @@ TEST_F(Partitioning, ASchemaPartitionedBeforeItsSystemLegsWereConvertsThemOnTheN
   EXPECT_THAT(alerts_.keys(), Contains("partitioning_incomplete"));
   EXPECT_EQ(*ensure_monthly_partitions(*conn_, {.schema = schema_}), 0)
       << "ensuring months never converts a table";
+  prometheus::Registry registry;
+  LedgerMetrics metrics(registry);
+  ASSERT_TRUE(refresh_queue_gauges(*conn_, schema_, metrics).ok());
+  EXPECT_EQ(metrics.partitioning_incomplete.Value(), 1) << "what the warning alert rule reads";
 
   absl::StatusOr<int> created = enable();
   ASSERT_TRUE(created.ok()) << created.status();
@@ -159,6 +164,8 @@ TEST_F(Partitioning, ASchemaPartitionedBeforeItsSystemLegsWereConvertsThemOnTheN
       2);
   EXPECT_EQ(*enable(), 0);
   EXPECT_FALSE(check_health(*conn_, monitor)->partitioning_incomplete);
+  ASSERT_TRUE(refresh_queue_gauges(*conn_, schema_, metrics).ok());
+  EXPECT_EQ(metrics.partitioning_incomplete.Value(), 0);
 
   deposit_each("u", 6, "2", Outcome::kAlreadyApplied);
   EXPECT_EQ(*ledger_->process_deposit(*conn_, event("u6", EventType::kDeposit, 1, "2")),

@@ -58,6 +58,8 @@ class Connection;
 //       last reconciliation run found
 //   idemledger_next_month_partition_missing     1 when a partitioned schema
 //       has no partition for next month
+//   idemledger_partitioning_incomplete          1 when a schema partitioned
+//       before migration 23 still has its system legs in one table
 // The gauges are read from the database by refresh_queue_gauges(); the
 // Prometheus rules in deploy/prometheus/ alert on them.
 struct LedgerMetrics {
@@ -98,6 +100,7 @@ struct LedgerMetrics {
   prometheus::Gauge& oldest_pending_record;
   prometheus::Gauge& last_reconciliation_findings;
   prometheus::Gauge& next_month_partition_missing;
+  prometheus::Gauge& partitioning_incomplete;
 
  private:
   Mutex mu_;
