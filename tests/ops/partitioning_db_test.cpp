@@ -36,9 +36,10 @@ class Partitioning : public LedgerTest {
     return count("SELECT count(*) FROM pg_inherits WHERE inhparent = '{schema}." + table +
                  "'::regclass");
   }
-  // The month partition `back` months before now, e.g. "y2026m07".
-  std::string month_back(int back) {
-    return scalar("SELECT to_char(now() AT TIME ZONE 'UTC' - interval '" + std::to_string(back) +
+  // The suffix of the month partition `months` from now (negative: back),
+  // e.g. "y2026m07", spelt here rather than by the schema's month_partition().
+  std::string month_suffix(int months) {
+    return scalar("SELECT to_char(now() AT TIME ZONE 'UTC' + interval '" + std::to_string(months) +
                   " months', '\"y\"YYYY\"m\"MM')");
   }
   // Deposits `amount` to user 1 as events <prefix>0 .. <prefix>(n - 1), each
@@ -94,11 +95,11 @@ TEST_F(Partitioning, ConversionKeepsEveryRowAndEveryGuarantee) {
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events"), 20);
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_event_keys"), 20);
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.processed_events"), 20);
-  EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events_" + month_back(5)), 3);
+  EXPECT_EQ(count("SELECT count(*) FROM {schema}.balance_events_" + month_suffix(-5)), 3);
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.system_entries"), system_legs);
-  EXPECT_EQ(
-      count("SELECT count(DISTINCT source_event_id) FROM {schema}.system_entries_" + month_back(5)),
-      3);
+  EXPECT_EQ(count("SELECT count(DISTINCT source_event_id) FROM {schema}.system_entries_" +
+                  month_suffix(-5)),
+            3);
   expect_reconciled();
   expect_assets_balance();
   // Every old event is still refused, and new ones apply.
@@ -159,9 +160,9 @@ TEST_F(Partitioning, ASchemaPartitionedBeforeItsSystemLegsWereConvertsThemOnTheN
   EXPECT_EQ(partitions("system_entries"), 6);
   EXPECT_EQ(partitions("balance_events"), 5) << "the ledger's months are as they were";
   EXPECT_EQ(count("SELECT count(*) FROM {schema}.system_entries"), system_legs);
-  EXPECT_EQ(
-      count("SELECT count(DISTINCT source_event_id) FROM {schema}.system_entries_" + month_back(2)),
-      2);
+  EXPECT_EQ(count("SELECT count(DISTINCT source_event_id) FROM {schema}.system_entries_" +
+                  month_suffix(-2)),
+            2);
   EXPECT_EQ(*enable(), 0);
   EXPECT_FALSE(check_health(*conn_, monitor)->partitioning_incomplete);
   ASSERT_TRUE(refresh_queue_gauges(*conn_, schema_, metrics).ok());
@@ -318,9 +319,7 @@ TEST_F(Partitioning, AMissingNextMonthIsAHealthFindingUntilEnsured) {
   EXPECT_FALSE(check_health(*conn_, monitor)->next_month_partition_missing);
   EXPECT_FALSE(check_health(*conn_, monitor)->partitioning_incomplete);
   for (const char* table : {"balance_events", "processed_events", "system_entries"}) {
-    exec(std::string("DROP TABLE {schema}.") + table + "_" +
-         scalar("SELECT to_char(now() AT TIME ZONE 'UTC' + interval '1 month', "
-                "'\"y\"YYYY\"m\"MM')"));
+    exec(std::string("DROP TABLE {schema}.") + table + "_" + month_suffix(1));
   }
   absl::StatusOr<HealthReport> h = check_health(*conn_, monitor);
   EXPECT_TRUE(h->next_month_partition_missing);
