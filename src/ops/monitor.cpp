@@ -48,8 +48,9 @@ absl::StatusOr<HealthReport> check_health(Connection& conn, const MonitorOptions
   h.partitioning_incomplete = *incomplete;
 
   AlertSink& sink = alert_sink_or_default(options.alerts);
-  const auto raise = [&](std::string_view key, const std::string& message) {
-    sink.alert({.severity = AlertSeverity::kCritical, .key = key, .message = message});
+  const auto raise = [&](std::string_view key, std::string_view message,
+                         AlertSeverity severity = AlertSeverity::kCritical) {
+    sink.alert({.severity = severity, .key = key, .message = message});
   };
   if (h.zombie_processing > 0 || h.zombie_queued > 0) {
     raise("zombie_events",
@@ -65,12 +66,11 @@ absl::StatusOr<HealthReport> check_health(Connection& conn, const MonitorOptions
           "ensure_monthly_partitions (idemledger-admin partitions)");
   }
   if (h.partitioning_incomplete) {
-    sink.alert({.severity = AlertSeverity::kWarning,
-                .key = "partitioning_incomplete",
-                .message = "system_entries is not partitioned on a partitioned schema (converted "
-                           "before migration 23): it grows as one table; run "
-                           "enable_monthly_partitioning (idemledger-admin partitions enable) in a "
-                           "maintenance window"});
+    raise("partitioning_incomplete",
+          "system_entries is not partitioned on a partitioned schema (converted before migration "
+          "23): it grows as one table; run enable_monthly_partitioning (idemledger-admin "
+          "partitions enable) in a maintenance window",
+          AlertSeverity::kWarning);
   }
   if (h.overdue_holds > 0) {
     raise("overdue_holds",
